@@ -1,0 +1,224 @@
+"""The façade producers, workers, the CLI and the HTTP API all go through."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, overload
+
+from .backends import open_backend
+from .backends.base import Backend, JobInsert, QueueCount
+from .errors import ConfigError, JobNotFound, SchemaError
+from .job import Job, JobState
+from .retry import Backoff
+from .task import Task, TaskDefaults
+
+DEFAULT_URL = "sqlite:///conveyor.db"
+
+
+class Conveyor:
+    """A Conveyor application: a database URL and the tasks registered on it.
+
+    ``Conveyor()`` reads ``CONVEYOR_DATABASE_URL``, else uses ``./conveyor.db``.
+    The database is opened (and migrated, unless ``auto_migrate=False``) on first use.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        default_queue: str = "default",
+        auto_migrate: bool = True,
+        max_payload_bytes: int = 1 << 20,
+    ) -> None:
+        self.url = url or os.environ.get("CONVEYOR_DATABASE_URL") or DEFAULT_URL
+        self.default_queue = default_queue
+        self.auto_migrate = auto_migrate
+        self.max_payload_bytes = max_payload_bytes
+        self.tasks: dict[str, Task] = {}
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Conveyor {self.url} tasks={sorted(self.tasks)}>"
+
+    # -- database --------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            with self._lock:
+                if self._backend is None:
+                    backend = open_backend(self.url)
+                    try:
+                        self._prepare(backend)
+                    except BaseException:
+                        backend.close()
+                        raise
+                    self._backend = backend
+        return self._backend
+
+    def _prepare(self, backend: Backend) -> None:
+        if self.auto_migrate:
+            backend.migrate()  # also refuses a schema newer than this code
+        elif backend.schema_version() == 0:
+            raise SchemaError(f"no Conveyor schema in {self.url}: run `conveyor migrate` first")
+
+    def migrate(self) -> list[int]:
+        backend = self._backend or open_backend(self.url)
+        self._backend = backend
+        return backend.migrate()
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+    def __enter__(self) -> Conveyor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- tasks -------------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        timeout: float | None = None,
+        backoff: Backoff | dict[str, float] | None = None,
+        retry_on: Sequence[type[BaseException]] = (Exception,),
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        timeout: float | None = None,
+        backoff: Backoff | dict[str, float] | None = None,
+        retry_on: Sequence[type[BaseException]] = (Exception,),
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
+
+        ``retry_on``: exceptions that are retried; any other exception, or
+        ``conveyor.Permanent``, fails the job at once.
+        """
+        defaults = TaskDefaults(
+            queue=queue or self.default_queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            backoff=Backoff.coerce(backoff) or Backoff(),
+            retry_on=tuple(retry_on),
+        )
+
+        def register(f: Callable[..., Any]) -> Task:
+            task_name = name or getattr(f, "__name__", None)
+            if not task_name:
+                raise ConfigError(f"cannot name task {f!r}: pass name=")
+            if task_name in self.tasks:
+                other = self.tasks[task_name].fn
+                raise ConfigError(
+                    f"task name {task_name!r} is already registered by "
+                    f"{other.__module__}.{other.__qualname__}; pass name= to tell them apart"
+                )
+            t = Task(self, f, task_name, defaults)
+            self.tasks[task_name] = t
+            return t
+
+        return register(fn) if fn is not None else register
+
+    def get_task(self, name: str) -> Task | None:
+        return self.tasks.get(name)
+
+    # -- producing -------------------------------------------------------------------
+    def insert_jobs(self, inserts: Sequence[JobInsert], *, conn: Any = None) -> list[Job]:
+        """Write prepared jobs; returns handles in input order. Jobs whose key named
+        an existing job come back as that job, read fresh."""
+        now = datetime.now(UTC)
+        results = self.backend.job_insert_many(jobs=inserts, conn=conn)
+        jobs = []
+        for ins, res in zip(inserts, results, strict=True):
+            if res.created:
+                jobs.append(_local_job(res.id, ins, now).bind(self))
+            else:
+                existing = self.backend.job_get(job_id=res.id)
+                jobs.append(existing.bind(self) if existing else _local_job(res.id, ins, now).bind(self))
+        return jobs
+
+    def enqueue(
+        self, task: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> Job:
+        """Enqueue by task name (the CLI and HTTP API use this)."""
+        t = self.tasks.get(task)
+        if t is None:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise ConfigError(f"unknown task {task!r}; tasks registered on this app: {known}")
+        return t.send(*args, **(kwargs or {}), **options)
+
+    # -- inspecting and operating -------------------------------------------------------
+    def get_job(self, job_id: int) -> Job:
+        job = self.backend.job_get(job_id=int(job_id))
+        if job is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return job.bind(self)
+
+    def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> list[Job]:
+        if state is not None:
+            state = JobState(state).value
+        jobs = self.backend.job_list(queue=queue, state=state, task=task, limit=limit,
+                                     before_id=before_id)
+        return [j.bind(self) for j in jobs]
+
+    def retry_job(self, job_id: int) -> bool:
+        return self.backend.job_retry(job_id=int(job_id))
+
+    def cancel_job(self, job_id: int) -> bool:
+        return self.backend.job_cancel(job_id=int(job_id))
+
+    def counts(self) -> list[QueueCount]:
+        return self.backend.queue_counts()
+
+
+def _local_job(job_id: int, ins: JobInsert, now: datetime) -> Job:
+    """The handle of a job this process just created, built without a read-back."""
+    args = json.loads(ins.args_json)
+    return Job(
+        id=job_id,
+        queue=ins.queue,
+        task=ins.task,
+        args=args["args"],
+        kwargs=args["kwargs"],
+        state=JobState.SCHEDULED if ins.delay_s > 0 else JobState.AVAILABLE,
+        priority=ins.priority,
+        attempts=0,
+        max_attempts=ins.max_attempts,
+        created_at=now,
+        scheduled_at=now + timedelta(seconds=ins.delay_s),
+        timeout=ins.timeout_s,
+        backoff=json.loads(ins.backoff_json) if ins.backoff_json else None,
+        unique_key=ins.unique_key,
+        idempotency_key=ins.idempotency_key,
+    )

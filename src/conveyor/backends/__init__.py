@@ -1,0 +1,38 @@
+"""Choose a backend from a database URL."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+from ..errors import ConfigError
+from .base import Backend
+
+SUPPORTED = "sqlite:///path/to/file.db or postgresql://user@host:5432/dbname"
+
+
+def open_backend(url: str) -> Backend:
+    """``sqlite:///relative.db``, ``sqlite:////absolute.db`` (``?synchronous=normal``),
+    or ``postgresql://`` / ``postgres://`` URLs as libpq understands them."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"database URL is empty: expected {SUPPORTED}")
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme in ("postgresql", "postgres"):
+        from .postgres.backend import PostgresBackend
+
+        return PostgresBackend(url)
+    if scheme == "sqlite":
+        parts = urlsplit(url)
+        if parts.netloc:
+            raise ConfigError(
+                f"malformed SQLite URL {url!r}: use three slashes for a relative path "
+                "(sqlite:///conveyor.db) or four for an absolute one (sqlite:////var/lib/app.db)"
+            )
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        unknown = set(options) - {"synchronous"}
+        if unknown:
+            raise ConfigError(f"unknown SQLite URL option(s) {sorted(unknown)}: only 'synchronous' is known")
+        from .sqlite.backend import SQLiteBackend
+
+        return SQLiteBackend(path, synchronous=options.get("synchronous", "full"))
+    raise ConfigError(f"unsupported database URL {url!r}: expected {SUPPORTED}")

@@ -1,0 +1,223 @@
+"""The one seam between Conveyor and a database.
+
+Everything above this module speaks in domain verbs (``job_insert_many``,
+``job_fetch_available``, ...); everything below it is SQL, one package per
+dialect. The seam is synchronous: the worker calls it from its own database
+threads, producers call it directly. Every method takes keyword arguments, and
+those that depend on time take ``now`` (``None`` means the database's clock),
+so tests can step time without sleeping.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..job import Attempt, Job
+
+
+@dataclass(frozen=True)
+class JobInsert:
+    """One job to create. ``args_json`` is already-encoded ``{"args":..,"kwargs":..}``."""
+
+    queue: str
+    task: str
+    args_json: str
+    priority: int = 0
+    max_attempts: int = 3
+    delay_s: float = 0.0
+    timeout_s: float | None = None
+    backoff_json: str | None = None
+    unique_key: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Inserted:
+    """Outcome of one ``JobInsert``: the job id, and whether this call created it
+    (``False`` when a unique or idempotency key already named an existing job)."""
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof that a worker holds a running job: only the holder knows the token."""
+
+    job_id: int
+    token: str
+
+
+@dataclass(frozen=True)
+class Finalize:
+    """End of one attempt, written only if the lease is still held.
+
+    ``state`` is the job's next state: ``succeeded``, ``failed``, ``cancelled``, or
+    ``scheduled`` (a retry, due ``retry_in_s`` seconds after ``now``).
+    """
+
+    job_id: int
+    token: str
+    state: str
+    worker_id: str
+    started_at: datetime | None
+    outcome: str
+    result_json: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    retry_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RescueResult:
+    requeued: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: str
+    hostname: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    started_at: datetime | None = None
+    last_seen_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class QueueCount:
+    queue: str
+    state: str
+    count: int
+
+
+class Notifier(abc.ABC):
+    """A source of hints that a queue may have work. Hints may be lost or spurious:
+    the worker always polls as well."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float) -> set[str]:
+        """Block up to ``timeout`` seconds; return the queues hinted at (may be empty)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class Backend(abc.ABC):
+    """Domain-level operations every dialect implements and the conformance suite checks."""
+
+    name: str
+    #: whether ``notifier()`` delivers cross-process hints promptly (LISTEN/NOTIFY)
+    pushes_notifications: bool = False
+
+    # -- lifecycle ---------------------------------------------------------------
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied. Refuses a newer schema."""
+
+    @abc.abstractmethod
+    def schema_version(self) -> int:
+        """Version of the schema in the database (0 if none)."""
+
+    @abc.abstractmethod
+    def notifier(self) -> Notifier: ...
+
+    # -- jobs: producers ----------------------------------------------------------
+    @abc.abstractmethod
+    def job_insert_many(
+        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
+    ) -> list[Inserted]:
+        """Create jobs in one transaction (the caller's, if ``conn`` is given).
+        Keys already in use return the existing job with ``created=False``."""
+
+    # -- jobs: workers ------------------------------------------------------------
+    @abc.abstractmethod
+    def job_fetch_available(
+        self,
+        *,
+        queues: Sequence[str],
+        worker_id: str,
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` due jobs, highest priority first, leasing them to
+        ``worker_id`` for ``lease_s`` seconds and counting one attempt each."""
+
+    @abc.abstractmethod
+    def job_finalize_many(
+        self, *, outcomes: Sequence[Finalize], now: datetime | None = None
+    ) -> list[int]:
+        """Record ends of attempts; return the ids accepted. An outcome whose lease
+        is no longer held changes nothing (fencing)."""
+
+    @abc.abstractmethod
+    def job_release_many(self, *, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+        """Give running jobs back (graceful shutdown) without consuming an attempt."""
+
+    @abc.abstractmethod
+    def worker_heartbeat(
+        self,
+        *,
+        worker: WorkerInfo,
+        leases: Sequence[Lease],
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> list[int]:
+        """Record the worker as alive and extend all its leases in one statement;
+        return the ids whose lease is still held."""
+
+    @abc.abstractmethod
+    def worker_deregister(self, *, worker_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def worker_list(self, *, now: datetime | None = None) -> list[WorkerInfo]: ...
+
+    # -- jobs: maintenance ----------------------------------------------------------
+    @abc.abstractmethod
+    def job_rescue_expired(self, *, limit: int = 1000, now: datetime | None = None) -> RescueResult:
+        """Jobs whose lease expired go back to available, or to failed when that was
+        their last attempt (crash-loop protection)."""
+
+    @abc.abstractmethod
+    def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        """Move scheduled jobs whose time has come to available; return how many."""
+
+    # -- jobs: inspection and operator actions --------------------------------------
+    @abc.abstractmethod
+    def job_get(self, *, job_id: int) -> Job | None: ...
+
+    @abc.abstractmethod
+    def job_list(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> list[Job]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def job_attempts(self, *, job_id: int) -> list[Attempt]: ...
+
+    @abc.abstractmethod
+    def job_retry(self, *, job_id: int, now: datetime | None = None) -> bool:
+        """A failed or cancelled job becomes available again (one more attempt allowed)."""
+
+    @abc.abstractmethod
+    def job_cancel(self, *, job_id: int, now: datetime | None = None) -> bool:
+        """A job that has not started (scheduled or available) becomes cancelled."""
+
+    @abc.abstractmethod
+    def queue_counts(self) -> list[QueueCount]:
+        """Number of jobs per queue and state."""

@@ -1,0 +1,140 @@
+"""Dialect-independent helpers the backends share (no SQL here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import SchemaError
+from ..job import Attempt, Job, JobState
+from .base import Inserted, JobInsert
+from .sqlfiles import Migration
+
+KeyPair = tuple[str | None, str | None]
+
+
+def match_inserted(jobs: Sequence[JobInsert], created: Sequence[tuple[int, KeyPair]]) -> list[int | None]:
+    """Map rows an INSERT .. ON CONFLICT DO NOTHING returned back to its inputs.
+
+    ``created`` is (id, (unique_key, idempotency_key)) per inserted row. Ids grow in
+    input order, and only keyed inputs can be skipped, so one ordered walk pairs
+    them; ``None`` marks an input whose key named an existing job.
+    """
+    rows = sorted(created)
+    out: list[int | None] = []
+    pos = 0
+    for job in jobs:
+        keys = (job.unique_key, job.idempotency_key)
+        if pos < len(rows) and (keys == (None, None) or rows[pos][1] == keys):
+            out.append(rows[pos][0])
+            pos += 1
+        else:
+            out.append(None)
+    return out
+
+
+InsertFn = Callable[[Sequence[JobInsert]], list[tuple[int, KeyPair]]]
+FindFn = Callable[[list[str], list[str]], list[tuple[int, str | None, str | None]]]
+
+
+def insert_resolving(jobs: Sequence[JobInsert], insert: InsertFn, find: FindFn) -> list[Inserted]:
+    """Insert jobs, then name the existing job behind every key that conflicted.
+
+    Runs inside one transaction. If a conflicting unique-key job finished between
+    the insert and the lookup, only those inputs are inserted again and the index
+    decides again; nothing is ever decided by reading first.
+    """
+    results: list[Inserted | None] = [None] * len(jobs)
+    pending = list(range(len(jobs)))
+    for _ in range(10):
+        subset = [jobs[i] for i in pending]
+        ids = match_inserted(subset, insert(subset))
+        missing = []
+        for i, jid in zip(pending, ids, strict=True):
+            if jid is None:
+                missing.append(i)
+            else:
+                results[i] = Inserted(jid, True)
+        if not missing:
+            break
+        found = find(
+            [k for i in missing if (k := jobs[i].unique_key)],
+            [k for i in missing if (k := jobs[i].idempotency_key)],
+        )
+        by_idem = {ik: jid for jid, _, ik in found if ik}
+        by_unique = {uk: jid for jid, uk, _ in found if uk}
+        pending = []
+        for i in missing:
+            job = jobs[i]
+            existing = by_idem.get(job.idempotency_key or "") or by_unique.get(job.unique_key or "")
+            if existing is None:
+                pending.append(i)
+            else:
+                results[i] = Inserted(existing, False)
+        if not pending:
+            break
+    else:
+        raise RuntimeError("unique-key insert kept racing with jobs finishing; giving up")
+    return [r for r in results if r is not None]
+
+
+def check_schema(current: int, migrations: Sequence[Migration], where: str) -> list[Migration]:
+    """Migrations still to apply; refuses a database newer than this code."""
+    latest = migrations[-1].version if migrations else 0
+    if current > latest:
+        raise SchemaError(
+            f"{where} has schema version {current}, but this Conveyor only knows up to "
+            f"version {latest}: upgrade the conveyor package instead of migrating down"
+        )
+    return [m for m in migrations if m.version > current]
+
+
+def loads(value: Any) -> Any:
+    """JSON columns arrive decoded from psycopg and as text from sqlite3."""
+    if isinstance(value, str | bytes):
+        return json.loads(value)
+    return value
+
+
+def job_from_row(row: dict[str, Any], ts: Callable[[Any], datetime | None]) -> Job:
+    args = loads(row["args"]) or {}
+    return Job(
+        id=row["id"],
+        queue=row["queue"],
+        task=row["task"],
+        args=list(args.get("args", [])),
+        kwargs=dict(args.get("kwargs", {})),
+        state=JobState(row["state"]),
+        priority=row["priority"],
+        attempts=row["attempt"],
+        max_attempts=row["max_attempts"],
+        created_at=ts(row["created_at"]) or datetime.now(UTC),
+        scheduled_at=ts(row["scheduled_at"]) or datetime.now(UTC),
+        started_at=ts(row["started_at"]),
+        finished_at=ts(row["finished_at"]),
+        result=loads(row["result"]) if row["result"] is not None else None,
+        error=row["error"],
+        stage=row["stage"],
+        timeout=row["timeout_s"],
+        backoff=loads(row["backoff"]) if row["backoff"] is not None else None,
+        unique_key=row["unique_key"],
+        idempotency_key=row["idempotency_key"],
+        lease_owner=row["lease_owner"],
+        lease_token=row["lease_token"],
+        lease_expires_at=ts(row["lease_expires_at"]),
+    )
+
+
+def attempt_from_row(row: dict[str, Any], ts: Callable[[Any], datetime | None]) -> Attempt:
+    return Attempt(
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        worker_id=row["worker_id"],
+        started_at=ts(row["started_at"]),
+        finished_at=ts(row["finished_at"]) or datetime.now(UTC),
+        outcome=row["outcome"],
+        error=row["error"],
+        traceback=row["traceback"],
+    )

@@ -1,0 +1,373 @@
+"""PostgreSQL backend: psycopg 3, a connection pool, SKIP LOCKED claims, LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from ...errors import ConfigError, DatabaseUnavailable
+from ...job import Attempt, Job
+from ..base import (
+    Backend,
+    Finalize,
+    Inserted,
+    JobInsert,
+    Lease,
+    Notifier,
+    QueueCount,
+    RescueResult,
+    WorkerInfo,
+)
+from ..common import KeyPair, attempt_from_row, check_schema, insert_resolving, job_from_row
+from ..sqlfiles import load_migrations, load_queries, split_statements
+
+log = logging.getLogger("conveyor.postgres")
+
+Q = load_queries(__package__ or "conveyor.backends.postgres")
+MIGRATIONS = load_migrations(__package__ or "conveyor.backends.postgres")
+CHANNEL = "conveyor_jobs"
+
+
+def _ts(value: Any) -> datetime | None:
+    return value  # type: ignore[no-any-return]  # psycopg returns aware datetimes
+
+
+def _connect_error(url: str, exc: Exception) -> DatabaseUnavailable:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DatabaseUnavailable(
+        f"cannot connect to PostgreSQL at {redact(url)}: {first}. "
+        "Check that the server is running and the URL (host, port, user, database) is right."
+    )
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparseable URL>"
+    info.pop("password", None)
+    return " ".join(f"{k}={v}" for k, v in info.items())
+
+
+def _insert_params(jobs: Sequence[JobInsert], now: datetime | None) -> dict[str, Any]:
+    return {
+        "queue": [j.queue for j in jobs],
+        "task": [j.task for j in jobs],
+        "args": [j.args_json for j in jobs],
+        "priority": [j.priority for j in jobs],
+        "max_attempts": [j.max_attempts for j in jobs],
+        "timeout_s": [j.timeout_s for j in jobs],
+        "backoff": [j.backoff_json for j in jobs],
+        "unique_key": [j.unique_key for j in jobs],
+        "idempotency_key": [j.idempotency_key for j in jobs],
+        "delay_s": [float(j.delay_s) for j in jobs],
+        "now": now,
+    }
+
+
+class PostgresNotifier(Notifier):
+    """LISTEN on a dedicated connection; payloads are queue names."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            self._conn = psycopg.connect(url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise _connect_error(url, exc) from exc
+        self._conn.execute(f"LISTEN {CHANNEL}")
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def wait(self, timeout: float) -> set[str]:
+        queues: set[str] = set()
+        with self._lock:
+            if self._closed:
+                return queues
+            try:
+                for note in self._conn.notifies(timeout=timeout, stop_after=1):
+                    queues.add(note.payload)
+                # Drain whatever else arrived, without waiting again.
+                for note in self._conn.notifies(timeout=0.0):
+                    queues.add(note.payload)
+            except psycopg.OperationalError:
+                if self._closed:
+                    return queues
+                log.warning("LISTEN connection lost; relying on polling until it is back")
+                self._reconnect()
+        return queues
+
+    def _reconnect(self) -> None:
+        try:
+            self._conn.close()
+            self._conn = psycopg.connect(self._conn.info.dsn, autocommit=True)
+            self._conn.execute(f"LISTEN {CHANNEL}")
+        except psycopg.OperationalError:
+            pass
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._conn.close()
+        except Exception:
+            pass
+
+
+class PostgresBackend(Backend):
+    name = "postgres"
+    pushes_notifications = True
+
+    def __init__(self, url: str, *, max_connections: int = 10) -> None:
+        self.url = url
+        try:
+            psycopg.conninfo.conninfo_to_dict(url)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+        # Connect once directly: psycopg's own error says *why* (refused, no such
+        # database, auth), which a pool timeout would hide.
+        try:
+            psycopg.connect(url, connect_timeout=10).close()
+        except psycopg.OperationalError as exc:
+            raise _connect_error(url, exc) from exc
+        self.pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_connections,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            open=True,
+            name="conveyor",
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def _tx(self, conn: Any = None) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor in a transaction: the caller's (``conn``) or our own from the pool."""
+        if conn is not None:
+            if not isinstance(conn, psycopg.Connection):
+                raise ConfigError(
+                    f"conn= must be a psycopg (3) Connection for a PostgreSQL app, got {type(conn).__name__}"
+                )
+            with conn.cursor(row_factory=dict_row) as cur:
+                yield cur
+            return
+        try:
+            with self.pool.connection() as c, c.transaction(), c.cursor() as cur:
+                yield cur
+        except psycopg.OperationalError as exc:
+            raise _connect_error(self.url, exc) from exc
+
+    def notifier(self) -> Notifier:
+        return PostgresNotifier(self.url)
+
+    def _notify(self, cur: psycopg.Cursor[Any], queues: set[str]) -> None:
+        if queues:
+            cur.execute(Q["notify"], {"channel": CHANNEL, "queues": sorted(queues)})
+
+    # -- schema -----------------------------------------------------------------------
+    def schema_version(self) -> int:
+        with self._tx() as cur:
+            exists = cur.execute(Q["schema_version_exists"]).fetchone()
+            if not exists or not next(iter(exists.values())):
+                return 0
+            row = cur.execute(Q["schema_version"]).fetchone()
+            return int(next(iter(row.values()))) if row else 0
+
+    def migrate(self) -> list[int]:
+        applied: list[int] = []
+        with self._tx() as cur:
+            cur.execute(Q["migration_lock"])
+            cur.execute(Q["schema_version_table"])
+            row = cur.execute(Q["schema_version"]).fetchone()
+            current = int(next(iter(row.values()))) if row else 0
+            for mig in check_schema(current, MIGRATIONS, "the PostgreSQL database"):
+                for stmt in split_statements(mig.sql):
+                    cur.execute(stmt)
+                cur.execute(Q["schema_version_insert"], {"version": mig.version, "name": mig.name})
+                applied.append(mig.version)
+        return applied
+
+    # -- producers ---------------------------------------------------------------------
+    def job_insert_many(
+        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
+    ) -> list[Inserted]:
+        if not jobs:
+            return []
+        with self._tx(conn) as cur:
+
+            def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
+                rows = cur.execute(Q["job_insert_many"], _insert_params(subset, now)).fetchall()
+                woken.update(r["queue"] for r in rows if r["state"] == "available")
+                return [(r["id"], (r["unique_key"], r["idempotency_key"])) for r in rows]
+
+            def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
+                found = cur.execute(
+                    Q["job_find_by_keys"], {"unique_keys": uks, "idempotency_keys": iks}
+                ).fetchall()
+                return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in found]
+
+            woken: set[str] = set()
+            result = insert_resolving(jobs, insert, find)
+            # Delivered at commit, so a rolled-back enqueue wakes nobody.
+            self._notify(cur, woken)
+        return result
+
+    # -- workers -----------------------------------------------------------------------
+    def job_fetch_available(
+        self,
+        *,
+        queues: Sequence[str],
+        worker_id: str,
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> list[Job]:
+        if limit <= 0 or not queues:
+            return []
+        with self._tx() as cur:
+            rows = cur.execute(
+                Q["job_fetch_available"],
+                {"queues": list(queues), "worker_id": worker_id, "limit": limit,
+                 "lease_s": lease_s, "now": now},
+            ).fetchall()
+        jobs = [job_from_row(r, _ts) for r in rows]
+        order = {q: i for i, q in enumerate(queues)}
+        jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
+        return jobs
+
+    def job_finalize_many(
+        self, *, outcomes: Sequence[Finalize], now: datetime | None = None
+    ) -> list[int]:
+        if not outcomes:
+            return []
+        params = {
+            "id": [o.job_id for o in outcomes],
+            "token": [o.token for o in outcomes],
+            "state": [o.state for o in outcomes],
+            "result": [o.result_json for o in outcomes],
+            "error": [o.error for o in outcomes],
+            "traceback": [o.traceback for o in outcomes],
+            "retry_in_s": [o.retry_in_s for o in outcomes],
+            "worker_id": [o.worker_id for o in outcomes],
+            "started_at": [o.started_at for o in outcomes],
+            "outcome": [o.outcome for o in outcomes],
+            "now": now,
+        }
+        with self._tx() as cur:
+            rows = cur.execute(Q["job_finalize_many"], params).fetchall()
+        return [r["job_id"] for r in rows]
+
+    def job_release_many(self, *, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+        if not leases:
+            return []
+        with self._tx() as cur:
+            rows = cur.execute(
+                Q["job_release_many"],
+                {"id": [le.job_id for le in leases], "token": [le.token for le in leases]},
+            ).fetchall()
+            self._notify(cur, {r["queue"] for r in rows})
+        return [r["id"] for r in rows]
+
+    def worker_heartbeat(
+        self,
+        *,
+        worker: WorkerInfo,
+        leases: Sequence[Lease],
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> list[int]:
+        with self._tx() as cur:
+            cur.execute(
+                Q["worker_upsert"],
+                {"id": worker.id, "hostname": worker.hostname, "pid": worker.pid,
+                 "queues": list(worker.queues), "concurrency": worker.concurrency, "now": now},
+            )
+            if not leases:
+                return []
+            rows = cur.execute(
+                Q["job_heartbeat"],
+                {"id": [le.job_id for le in leases], "token": [le.token for le in leases],
+                 "lease_s": lease_s, "now": now},
+            ).fetchall()
+        return [r["id"] for r in rows]
+
+    def worker_deregister(self, *, worker_id: str) -> None:
+        with self._tx() as cur:
+            cur.execute(Q["worker_delete"], {"id": worker_id})
+
+    def worker_list(self, *, now: datetime | None = None) -> list[WorkerInfo]:
+        with self._tx() as cur:
+            rows = cur.execute(Q["worker_list"]).fetchall()
+        return [
+            WorkerInfo(id=r["id"], hostname=r["hostname"], pid=r["pid"], queues=list(r["queues"]),
+                       concurrency=r["concurrency"], started_at=r["started_at"],
+                       last_seen_at=r["last_seen_at"])
+            for r in rows
+        ]
+
+    # -- maintenance -------------------------------------------------------------------
+    def job_rescue_expired(self, *, limit: int = 1000, now: datetime | None = None) -> RescueResult:
+        with self._tx() as cur:
+            rows = cur.execute(Q["job_rescue_expired"], {"limit": limit, "now": now}).fetchall()
+            self._notify(cur, {r["queue"] for r in rows if r["state"] == "available"})
+        return RescueResult(
+            requeued=[r["id"] for r in rows if r["state"] == "available"],
+            failed=[r["id"] for r in rows if r["state"] == "failed"],
+        )
+
+    def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        with self._tx() as cur:
+            rows = cur.execute(Q["job_schedule_due"], {"limit": limit, "now": now}).fetchall()
+            self._notify(cur, {r["queue"] for r in rows})
+        return len(rows)
+
+    # -- inspection ------------------------------------------------------------------
+    def job_get(self, *, job_id: int) -> Job | None:
+        with self._tx() as cur:
+            row = cur.execute(Q["job_get"], {"id": job_id}).fetchone()
+        return job_from_row(row, _ts) if row else None
+
+    def job_list(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> list[Job]:
+        with self._tx() as cur:
+            rows = cur.execute(
+                Q["job_list"],
+                {"queue": queue, "state": state, "task": task, "limit": limit, "before_id": before_id},
+            ).fetchall()
+        return [job_from_row(r, _ts) for r in rows]
+
+    def job_attempts(self, *, job_id: int) -> list[Attempt]:
+        with self._tx() as cur:
+            rows = cur.execute(Q["job_attempts"], {"id": job_id}).fetchall()
+        return [attempt_from_row(r, _ts) for r in rows]
+
+    def job_retry(self, *, job_id: int, now: datetime | None = None) -> bool:
+        with self._tx() as cur:
+            rows = cur.execute(Q["job_retry"], {"id": job_id, "now": now}).fetchall()
+            self._notify(cur, {r["queue"] for r in rows})
+        return bool(rows)
+
+    def job_cancel(self, *, job_id: int, now: datetime | None = None) -> bool:
+        with self._tx() as cur:
+            rows = cur.execute(Q["job_cancel"], {"id": job_id, "now": now}).fetchall()
+        return bool(rows)
+
+    def queue_counts(self) -> list[QueueCount]:
+        with self._tx() as cur:
+            rows = cur.execute(Q["queue_counts"]).fetchall()
+        return [QueueCount(r["queue"], r["state"], r["n"]) for r in rows]

@@ -1,0 +1,373 @@
+"""SQLite backend: the embedded default. One file, WAL, claims under BEGIN IMMEDIATE."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from ...errors import ConfigError, DatabaseUnavailable
+from ...job import Attempt, Job
+from ..base import (
+    Backend,
+    Finalize,
+    Inserted,
+    JobInsert,
+    Lease,
+    Notifier,
+    QueueCount,
+    RescueResult,
+    WorkerInfo,
+)
+from ..common import KeyPair, attempt_from_row, check_schema, insert_resolving, job_from_row
+from ..sqlfiles import load_migrations, load_queries, split_statements
+
+Q = load_queries(__package__ or "conveyor.backends.sqlite")
+MIGRATIONS = load_migrations(__package__ or "conveyor.backends.sqlite")
+_SYNC_MODES = {"off", "normal", "full", "extra"}
+
+
+def _epoch(now: datetime | None) -> float:
+    return time.time() if now is None else now.timestamp()
+
+
+def _ts(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def _dict_row(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    return {d[0]: v for d, v in zip(cur.description, row, strict=True)}
+
+
+class SQLiteNotifier(Notifier):
+    """SQLite has no LISTEN: watch ``PRAGMA data_version``, which moves whenever
+    another connection commits. Costs one trivial read per ``interval``."""
+
+    def __init__(self, backend: SQLiteBackend, interval: float = 0.02) -> None:
+        self._conn = backend._new_connection()
+        self._interval = interval
+        self._last = self._version()
+        self._closed = False
+
+    def _version(self) -> int:
+        return int(self._conn.execute(Q["data_version"]).fetchone()[0])
+
+    def wait(self, timeout: float) -> set[str]:
+        deadline = time.monotonic() + timeout
+        while not self._closed:
+            version = self._version()
+            if version != self._last:
+                self._last = version
+                return {"*"}
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            time.sleep(min(self._interval, remaining))
+        return set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._conn.close()
+
+
+class SQLiteBackend(Backend):
+    name = "sqlite"
+
+    def __init__(self, path: str, *, synchronous: str = "full", busy_timeout_s: float = 30.0) -> None:
+        if path in ("", ":memory:"):
+            raise ConfigError(
+                "an in-memory SQLite database cannot be shared by workers: "
+                "use a file, e.g. sqlite:///conveyor.db"
+            )
+        if synchronous.lower() not in _SYNC_MODES:
+            raise ConfigError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {synchronous!r}")
+        self.path = os.path.abspath(path)
+        folder = os.path.dirname(self.path)
+        if not os.path.isdir(folder):
+            raise DatabaseUnavailable(
+                f"cannot open SQLite database {self.path}: folder {folder} does not exist"
+            )
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._conn()  # fail now, with a clear message, if the file cannot be opened
+
+    # -- connections -------------------------------------------------------------------
+    def _new_connection(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        except sqlite3.Error as exc:
+            raise DatabaseUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._new_connection()
+        return conn
+
+    @contextmanager
+    def _tx(self, conn: Any = None, *, write: bool = True) -> Iterator[sqlite3.Cursor]:
+        """A cursor in a transaction: the caller's (``conn``) or an IMMEDIATE one of ours.
+
+        IMMEDIATE takes the write lock up front, so two claimers never both read
+        the same rows and then race to upgrade (SQLite's answer to SKIP LOCKED).
+        """
+        if conn is not None:
+            self._check_caller_conn(conn)
+            cur = conn.cursor()
+            cur.row_factory = _dict_row
+            yield cur
+            return
+        own = self._conn()
+        cur = own.cursor()
+        cur.row_factory = _dict_row
+        cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield cur
+        except BaseException:
+            own.execute("ROLLBACK")
+            raise
+        own.execute("COMMIT")
+
+    def _check_caller_conn(self, conn: Any) -> None:
+        if not isinstance(conn, sqlite3.Connection):
+            raise ConfigError(
+                f"conn= must be a sqlite3.Connection for a SQLite app, got {type(conn).__name__}"
+            )
+        files = {row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"}
+        if not any(f and os.path.samefile(f, self.path) for f in files):
+            raise ConfigError(
+                f"conn= is connected to {sorted(files)}, not to this app's database {self.path}"
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+        self._local = threading.local()
+
+    def notifier(self) -> Notifier:
+        return SQLiteNotifier(self)
+
+    # -- schema -----------------------------------------------------------------------
+    def schema_version(self) -> int:
+        cur = self._conn().cursor()
+        if not cur.execute(Q["schema_version_exists"]).fetchone()[0]:
+            return 0
+        return int(cur.execute(Q["schema_version"]).fetchone()[0])
+
+    def migrate(self) -> list[int]:
+        applied: list[int] = []
+        with self._tx() as cur:  # BEGIN IMMEDIATE: a second migrator waits, then finds nothing
+            cur.execute(Q["schema_version_table"])
+            current = int(next(iter(cur.execute(Q["schema_version"]).fetchone().values())))
+            for mig in check_schema(current, MIGRATIONS, f"SQLite database {self.path}"):
+                for stmt in split_statements(mig.sql):
+                    cur.execute(stmt)
+                cur.execute(Q["schema_version_insert"], {"version": mig.version, "name": mig.name})
+                applied.append(mig.version)
+        return applied
+
+    # -- producers ---------------------------------------------------------------------
+    def job_insert_many(
+        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
+    ) -> list[Inserted]:
+        if not jobs:
+            return []
+        ts = _epoch(now)
+        with self._tx(conn) as cur:
+
+            def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
+                out = []
+                for j in subset:
+                    row = cur.execute(Q["job_insert_many"], {
+                        "queue": j.queue, "task": j.task, "args": j.args_json,
+                        "priority": j.priority, "max_attempts": j.max_attempts,
+                        "timeout_s": j.timeout_s, "backoff": j.backoff_json,
+                        "unique_key": j.unique_key, "idempotency_key": j.idempotency_key,
+                        "delay_s": float(j.delay_s), "now": ts,
+                    }).fetchone()
+                    if row:
+                        out.append((row["id"], (row["unique_key"], row["idempotency_key"])))
+                return out
+
+            def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
+                rows = cur.execute(Q["job_find_by_keys"], {
+                    "unique_keys": json.dumps(uks), "idempotency_keys": json.dumps(iks)}).fetchall()
+                return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in rows]
+
+            return insert_resolving(jobs, insert, find)
+
+    # -- workers -----------------------------------------------------------------------
+    def job_fetch_available(
+        self,
+        *,
+        queues: Sequence[str],
+        worker_id: str,
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> list[Job]:
+        if limit <= 0 or not queues:
+            return []
+        ts = _epoch(now)
+        peek = self._conn().execute(Q["job_peek_available"], {"queues": json.dumps(list(queues)), "now": ts})
+        if peek.fetchone() is None:
+            return []
+        jobs: list[Job] = []
+        with self._tx() as cur:
+            for queue in queues:
+                if len(jobs) >= limit:
+                    break
+                rows = cur.execute(Q["job_fetch_available"], {
+                    "queue": queue, "worker_id": worker_id, "limit": limit - len(jobs),
+                    "lease_s": lease_s, "now": ts}).fetchall()
+                claimed = [job_from_row(r, _ts) for r in rows]
+                claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
+                jobs.extend(claimed)
+        return jobs
+
+    def job_finalize_many(
+        self, *, outcomes: Sequence[Finalize], now: datetime | None = None
+    ) -> list[int]:
+        if not outcomes:
+            return []
+        ts = _epoch(now)
+        accepted: list[int] = []
+        with self._tx() as cur:
+            for o in outcomes:
+                row = cur.execute(Q["job_finalize_one"], {
+                    "id": o.job_id, "token": o.token, "state": o.state, "result": o.result_json,
+                    "error": o.error, "retry_in_s": o.retry_in_s or 0.0, "now": ts}).fetchone()
+                if row is None:
+                    continue  # lease no longer held: refused, nothing changed
+                cur.execute(Q["attempt_insert"], {
+                    "job_id": o.job_id, "attempt": row["attempt"], "worker_id": o.worker_id,
+                    "started_at": o.started_at.timestamp() if o.started_at else None, "now": ts,
+                    "outcome": o.outcome, "error": o.error, "traceback": o.traceback})
+                accepted.append(o.job_id)
+        return accepted
+
+    def job_release_many(self, *, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+        released = []
+        with self._tx() as cur:
+            for le in leases:
+                if cur.execute(Q["job_release_one"], {"id": le.job_id, "token": le.token}).fetchone():
+                    released.append(le.job_id)
+        return released
+
+    def worker_heartbeat(
+        self,
+        *,
+        worker: WorkerInfo,
+        leases: Sequence[Lease],
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> list[int]:
+        ts = _epoch(now)
+        with self._tx() as cur:
+            cur.execute(Q["worker_upsert"], {
+                "id": worker.id, "hostname": worker.hostname, "pid": worker.pid,
+                "queues": json.dumps(list(worker.queues)), "concurrency": worker.concurrency,
+                "now": ts})
+            if not leases:
+                return []
+            rows = cur.execute(Q["job_heartbeat"], {
+                "leases": json.dumps([[le.job_id, le.token] for le in leases]),
+                "lease_s": lease_s, "now": ts}).fetchall()
+        return [r["id"] for r in rows]
+
+    def worker_deregister(self, *, worker_id: str) -> None:
+        with self._tx() as cur:
+            cur.execute(Q["worker_delete"], {"id": worker_id})
+
+    def worker_list(self, *, now: datetime | None = None) -> list[WorkerInfo]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(Q["worker_list"]).fetchall()
+        return [
+            WorkerInfo(id=r["id"], hostname=r["hostname"], pid=r["pid"], queues=json.loads(r["queues"]),
+                       concurrency=r["concurrency"], started_at=_ts(r["started_at"]),
+                       last_seen_at=_ts(r["last_seen_at"]))
+            for r in rows
+        ]
+
+    # -- maintenance -------------------------------------------------------------------
+    def job_rescue_expired(self, *, limit: int = 1000, now: datetime | None = None) -> RescueResult:
+        ts = _epoch(now)
+        requeued: list[int] = []
+        failed: list[int] = []
+        with self._tx() as cur:
+            expired = cur.execute(Q["job_expired_leases"], {"now": ts, "limit": limit}).fetchall()
+            for e in expired:
+                row = cur.execute(Q["job_rescue_one"], {"id": e["id"], "now": ts}).fetchone()
+                if row is None:
+                    continue
+                cur.execute(Q["attempt_insert"], {
+                    "job_id": row["id"], "attempt": row["attempt"], "worker_id": e["lease_owner"],
+                    "started_at": e["started_at"], "now": ts, "outcome": "lost",
+                    "error": row["error"], "traceback": None})
+                (failed if row["state"] == "failed" else requeued).append(row["id"])
+        return RescueResult(requeued=requeued, failed=failed)
+
+    def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        with self._tx() as cur:
+            return len(cur.execute(Q["job_schedule_due"], {"now": _epoch(now), "limit": limit}).fetchall())
+
+    # -- inspection ------------------------------------------------------------------
+    def job_get(self, *, job_id: int) -> Job | None:
+        with self._tx(write=False) as cur:
+            row = cur.execute(Q["job_get"], {"id": job_id}).fetchone()
+        return job_from_row(row, _ts) if row else None
+
+    def job_list(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> list[Job]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(Q["job_list"], {
+                "queue": queue, "state": state, "task": task, "limit": limit,
+                "before_id": before_id}).fetchall()
+        return [job_from_row(r, _ts) for r in rows]
+
+    def job_attempts(self, *, job_id: int) -> list[Attempt]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(Q["job_attempts"], {"id": job_id}).fetchall()
+        return [attempt_from_row(r, _ts) for r in rows]
+
+    def job_retry(self, *, job_id: int, now: datetime | None = None) -> bool:
+        with self._tx() as cur:
+            return bool(cur.execute(Q["job_retry"], {"id": job_id, "now": _epoch(now)}).fetchall())
+
+    def job_cancel(self, *, job_id: int, now: datetime | None = None) -> bool:
+        with self._tx() as cur:
+            return bool(cur.execute(Q["job_cancel"], {"id": job_id, "now": _epoch(now)}).fetchall())
+
+    def queue_counts(self) -> list[QueueCount]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(Q["queue_counts"]).fetchall()
+        return [QueueCount(r["queue"], r["state"], r["n"]) for r in rows]

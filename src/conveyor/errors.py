@@ -1,0 +1,46 @@
+"""Exceptions users see. Every message says what to fix."""
+
+from __future__ import annotations
+
+
+class ConveyorError(Exception):
+    """Base class for errors raised by Conveyor itself."""
+
+
+class ConfigError(ConveyorError):
+    """A setting, URL or argument is invalid."""
+
+
+class DatabaseUnavailable(ConveyorError):
+    """The database could not be reached."""
+
+
+class SchemaError(ConveyorError):
+    """The database schema is missing, or newer than this version of Conveyor."""
+
+
+class SerializationError(ConveyorError, TypeError):
+    """Task arguments or a result could not be encoded as JSON."""
+
+
+class UnknownTask(ConveyorError, LookupError):
+    """No handler is registered under a task name."""
+
+
+class JobNotFound(ConveyorError, LookupError):
+    """No job has the given id."""
+
+
+class Permanent(Exception):  # noqa: N818 - the public name the API promises
+    """Raise from a handler to fail the job at once, without retrying.
+
+    ``raise Permanent("bad input")`` or ``raise Permanent("bad input") from exc``.
+    """
+
+
+class JobTimeout(TimeoutError):
+    """A handler ran longer than its task's ``timeout``."""
+
+
+class LeaseLost(ConveyorError):
+    """The worker no longer holds the lease of a job it was running."""

@@ -1,0 +1,116 @@
+"""Running one job: a linear pipeline of small steps, ending in a ``Finalize``.
+
+resolve the task -> run the handler (with its timeout) -> classify the outcome ->
+encode the result or error -> decide retry or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends.base import Finalize
+from ..errors import JobTimeout, Permanent
+from ..job import Job
+from ..retry import Backoff
+from ..task import Task
+from .context import _current
+from .pool import DaemonPool
+
+
+@dataclass
+class Outcome:
+    """What happened, before it becomes a database write."""
+
+    result: Any = None
+    exc: BaseException | None = None
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _finalize(job: Job, worker_id: str, **fields: Any) -> Finalize:
+    return Finalize(job_id=job.id, token=job.lease_token or "", worker_id=worker_id,
+                    started_at=job.started_at, **fields)
+
+
+def fail(job: Job, worker_id: str, error: str, tb: str | None = None) -> Finalize:
+    return _finalize(job, worker_id, state="failed", outcome="failed", error=error, traceback=tb)
+
+
+async def run_handler(
+    task: Task,
+    job: Job,
+    pool: DaemonPool,
+    on_late: Callable[[Outcome], None],
+) -> Outcome:
+    """Run the handler. ``timeout`` bounds execution only. An async handler is
+    cancelled at its timeout; a sync one cannot be, so its eventual result goes to
+    ``on_late`` (where fencing refuses it)."""
+    token = _current.set(job)
+    try:
+        if task.is_async:
+            deadline = asyncio.timeout(job.timeout)
+            try:
+                async with deadline:
+                    result = await task.fn(*job.args, **job.kwargs)
+            except TimeoutError:
+                if deadline.expired():  # ours, not a TimeoutError the handler raised itself
+                    return Outcome(exc=JobTimeout(f"{task.name} exceeded its {job.timeout:g}s timeout"))
+                raise
+            return Outcome(result=result)
+        ctx = contextvars.copy_context()
+        cf = pool.submit(functools.partial(ctx.run, task.fn, *job.args, **job.kwargs))
+        fut = asyncio.wrap_future(cf)
+        try:
+            return Outcome(result=await asyncio.wait_for(asyncio.shield(fut), job.timeout))
+        except TimeoutError:
+            if not cf.done():
+                cf.add_done_callback(lambda f: on_late(_outcome_of(f)))
+                return Outcome(exc=JobTimeout(f"{task.name} exceeded its {job.timeout:g}s timeout"))
+            return _outcome_of(cf)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a handler's error is data, not a crash of the worker
+        return Outcome(exc=exc)
+    finally:
+        _current.reset(token)
+
+
+def _outcome_of(fut: Any) -> Outcome:
+    exc = fut.exception()
+    return Outcome(exc=exc) if exc is not None else Outcome(result=fut.result())
+
+
+def classify(task: Task | None, job: Job, outcome: Outcome, worker_id: str) -> Finalize:
+    """Turn an outcome into the job's next state."""
+    if outcome.exc is None:
+        try:
+            result_json = json.dumps(outcome.result, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return fail(job, worker_id, f"handler returned a value that cannot be stored as JSON: {exc}")
+        return _finalize(job, worker_id, state="succeeded", outcome="succeeded", result_json=result_json)
+    exc = outcome.exc
+    error = describe(exc)
+    tb = "".join(traceback.format_exception(exc))
+    if isinstance(exc, Permanent):
+        return fail(job, worker_id, f"{error} (permanent: not retried)", tb)
+    retry_on = task.defaults.retry_on if task else (Exception,)
+    if not isinstance(exc, retry_on):
+        names = ", ".join(r.__name__ for r in retry_on)
+        return fail(job, worker_id, f"{error} (not in retry_on=({names}): not retried)", tb)
+    if job.attempts >= job.max_attempts:
+        return fail(job, worker_id, f"{error} (attempt {job.attempts} of {job.max_attempts}: "
+                                    "no attempts left)", tb)
+    backoff = Backoff.from_dict(job.backoff) or (task.defaults.backoff if task else Backoff())
+    delay = backoff.delay(job.attempts)
+    return _finalize(job, worker_id, state="scheduled", outcome="retry", error=error, traceback=tb,
+                     retry_in_s=delay)

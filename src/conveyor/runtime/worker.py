@@ -1,0 +1,408 @@
+"""The worker: claims jobs for its free slots, runs them, writes outcomes in batches.
+
+One asyncio loop runs the handlers (sync handlers on a daemon thread pool). All
+database calls go through the synchronous backend seam on dedicated threads, one
+per concern, so a slow claim never delays a heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..backends.base import Finalize, Lease, WorkerInfo
+from ..errors import ConfigError
+from ..job import Job
+from ..task import Task
+from .completer import Completer
+from .executor import Outcome, classify, fail, run_handler
+from .pool import DaemonPool
+from .services import Maintenance
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.worker")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Validated at construction; every field has a safe default."""
+
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 10
+    #: a claimed job is the worker's for this long unless renewed by a heartbeat
+    lease_s: float = 30.0
+    #: renew leases this often (default: a third of the lease)
+    heartbeat_s: float | None = None
+    #: longest wait between polls when no notification arrives (the safety net)
+    poll_s: float = 1.0
+    #: most jobs claimed in one statement (default: concurrency)
+    fetch_batch: int | None = None
+    #: on SIGTERM/SIGINT, how long running jobs may take to finish before release
+    grace_s: float = 30.0
+    #: how often to look for expired leases and due scheduled jobs
+    maintenance_s: float = 2.0
+    #: exit once nothing is claimable and nothing is running
+    burst: bool = False
+    worker_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
+            raise ConfigError(f"queues must be a non-empty list of queue names, got {self.queues!r}")
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.lease_s <= 0 or self.poll_s <= 0 or self.grace_s < 0 or self.maintenance_s <= 0:
+            raise ConfigError("lease_s, poll_s and maintenance_s must be > 0 and grace_s >= 0")
+        if self.heartbeat_s is not None and not 0 < self.heartbeat_s < self.lease_s:
+            raise ConfigError(
+                f"heartbeat_s ({self.heartbeat_s}) must be > 0 and shorter than lease_s ({self.lease_s})"
+            )
+        if self.fetch_batch is not None and self.fetch_batch < 1:
+            raise ConfigError(f"fetch_batch must be >= 1, got {self.fetch_batch}")
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_s or self.lease_s / 3
+
+    @property
+    def batch(self) -> int:
+        return min(self.fetch_batch or self.concurrency, self.concurrency)
+
+
+@dataclass
+class Running:
+    job: Job
+    task: asyncio.Task[None]
+    lost: bool = False
+    released: bool = False
+
+
+@dataclass
+class WorkerStats:
+    counts: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+
+
+class Worker:
+    def __init__(self, app: Conveyor, config: WorkerConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise ConfigError("pass either config= or keyword options, not both")
+        if "queues" in options and isinstance(options["queues"], str):
+            options["queues"] = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
+        elif "queues" in options:
+            options["queues"] = tuple(options["queues"])
+        self.app = app
+        self.config = config or WorkerConfig(**options)
+        self.id = self.config.worker_id or (
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        )
+        self.stats = WorkerStats()
+        self.running: dict[int, Running] = {}
+        self.leases: dict[int, str] = {}
+        self._stop_requested = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._hard = False
+
+    # -- public control -------------------------------------------------------------
+    def run(self, *, install_signals: bool = True) -> WorkerStats:
+        """Run until stopped (SIGTERM/SIGINT, ``stop()``, or burst mode running dry)."""
+        return asyncio.run(self.run_async(install_signals=install_signals))
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """Ask the worker to stop (thread-safe). A second, or non-graceful, call
+        skips the grace period."""
+        hard = not graceful or self._stop_requested.is_set()
+        self._stop_requested.set()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._begin_stop, hard)
+
+    # -- lifecycle --------------------------------------------------------------------
+    async def run_async(self, *, install_signals: bool = False) -> WorkerStats:
+        cfg = self.config
+        self._loop = asyncio.get_running_loop()
+        backend = self.app.backend  # opens and migrates; errors surface before we start
+        missing = set(self.app.tasks) and not any(t.defaults.queue in cfg.queues for t in self.app.tasks.values())
+        if missing:
+            log.warning("no registered task uses queues %s; tasks use %s", list(cfg.queues),
+                        sorted({t.defaults.queue for t in self.app.tasks.values()}))
+        self._threads = {name: ThreadPoolExecutor(1, thread_name_prefix=f"conveyor-{name}")
+                         for name in ("fetch", "complete", "heartbeat", "maintenance")}
+        self._pool = DaemonPool(cfg.concurrency)
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._slot_need = 1
+        self._stop_event = asyncio.Event()
+        self._hard_event = asyncio.Event()
+        self.completer = Completer(self._write_outcomes, self._outcome_written)
+        self.completer.start()
+        self._info = WorkerInfo(id=self.id, hostname=socket.gethostname(), pid=os.getpid(),
+                                queues=list(cfg.queues), concurrency=cfg.concurrency)
+        await self._db("heartbeat", backend.worker_heartbeat, worker=self._info, leases=[],
+                       lease_s=cfg.lease_s)
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self.stop)
+        if self._stop_requested.is_set():
+            self._begin_stop(False)
+        notifier = backend.notifier()
+        listener = threading.Thread(target=self._listen, args=(notifier,), name="conveyor-listen",
+                                    daemon=True)
+        listener.start()
+        log.info("worker %s started: queues=%s concurrency=%d database=%s (%s)", self.id,
+                 ",".join(cfg.queues), cfg.concurrency, backend.name,
+                 "LISTEN/NOTIFY + polling" if backend.pushes_notifications else "polling")
+        loops = [asyncio.create_task(coro, name=name) for name, coro in (
+            ("heartbeat", self._heartbeat_loop()), ("maintenance", self._maintenance_loop()))]
+        try:
+            await self._fetch_loop()
+            await self._drain()
+        finally:
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            notifier.close()
+            try:
+                await self._db("heartbeat", backend.worker_deregister, worker_id=self.id)
+            except Exception as exc:
+                log.warning("could not deregister worker %s: %s", self.id, exc)
+            for ex in self._threads.values():
+                ex.shutdown(wait=False)
+            self._pool.shutdown()
+        c = self.stats.counts
+        log.info("worker %s stopped: %d succeeded, %d failed, %d retried, %d released, %d refused",
+                 self.id, c["succeeded"], c["failed"], c["retry"], c["released"], c["refused"])
+        return self.stats
+
+    def _begin_stop(self, hard: bool) -> None:
+        if hard:
+            self._hard = True
+            self._hard_event.set()
+        if not self._stopping:
+            log.info("worker %s stopping: no new jobs; %d running", self.id, len(self.running))
+        elif hard:
+            log.info("worker %s: second stop request, releasing running jobs now", self.id)
+        self._stopping = True
+        self._stop_requested.set()
+        self._stop_event.set()
+        self._wake.set()
+        self._slot_freed.set()
+
+    async def _db(self, thread: str, fn: Callable[..., T], **kwargs: Any) -> T:
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._threads[thread], functools.partial(fn, **kwargs))
+
+    def _listen(self, notifier: Any) -> None:
+        """Thread: turn database hints into wake-ups of the fetch loop."""
+        wanted = set(self.config.queues)
+        while not self._stop_requested.is_set():
+            try:
+                queues = notifier.wait(0.5)
+            except Exception:
+                time.sleep(0.5)
+                continue
+            if queues and ("*" in queues or queues & wanted) and self._loop is not None:
+                try:
+                    self._loop.call_soon_threadsafe(self._wake.set)
+                except RuntimeError:
+                    return  # loop closed
+
+    # -- claiming -----------------------------------------------------------------------
+    def _free(self) -> int:
+        return self.config.concurrency - len(self.running)
+
+    async def _wait_for_slots(self, need: int) -> int:
+        free = self._free()
+        if free >= need or self._stopping:
+            return free
+        self._slot_need = need
+        self._slot_freed.clear()
+        try:  # with some slots free, claim for them soon rather than wait to fill up
+            await asyncio.wait_for(self._slot_freed.wait(), 0.01 if free > 0 else None)
+        except TimeoutError:
+            pass
+        return self._free()
+
+    async def _fetch_loop(self) -> None:
+        cfg = self.config
+        queues = list(cfg.queues)
+        fetch_min = max(1, cfg.batch // 2)
+        poll = 0.05
+        more = True  # claim straight away at start
+        while not self._stopping:
+            free = await self._wait_for_slots(fetch_min if more else 1)
+            if self._stopping:
+                break
+            if free <= 0:
+                continue
+            if not more:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), poll)
+                except TimeoutError:
+                    pass
+                if self._stopping:
+                    break
+            self._wake.clear()
+            limit = min(self._free(), cfg.batch)
+            try:
+                jobs = await self._db("fetch", self.app.backend.job_fetch_available, queues=queues,
+                                      worker_id=self.id, limit=limit, lease_s=cfg.lease_s)
+            except Exception as exc:
+                log.error("could not claim jobs, retrying in 1s: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            queues = queues[1:] + queues[:1]  # no queue always goes first
+            more = len(jobs) == limit
+            poll = 0.05 if jobs else min(poll * 2, cfg.poll_s)
+            for job in jobs:
+                self._start(job)
+            if cfg.burst and not jobs and not self.running and not self.completer.backlog:
+                log.info("worker %s: burst mode and nothing left to claim", self.id)
+                self._begin_stop(False)
+
+    # -- running ------------------------------------------------------------------------
+    def _start(self, job: Job) -> None:
+        self.leases[job.id] = job.lease_token or ""
+        task = asyncio.create_task(self._run_job(job), name=f"job-{job.id}")
+        self.running[job.id] = Running(job, task)
+
+    async def _run_job(self, job: Job) -> None:
+        task = self.app.tasks.get(job.task)
+        try:
+            if task is None:
+                known = ", ".join(sorted(self.app.tasks)) or "none"
+                outcome = fail(job, self.id, f"UnknownTask: no handler named {job.task!r} in this "
+                                             f"worker (registered: {known}); not retried")
+            else:
+                late = functools.partial(self._late_result, task, job)
+                result = await run_handler(task, job, self._pool, late)
+                outcome = classify(task, job, result, self.id)
+        except asyncio.CancelledError:
+            self._finished(job)
+            return
+        entry = self._finished(job)
+        if entry is not None and entry.lost:
+            return  # the lease is gone; someone else owns the job now
+        self._log_outcome(job, outcome)
+        self.completer.add(outcome)
+
+    def _finished(self, job: Job) -> Running | None:
+        entry = self.running.pop(job.id, None)
+        if self._free() >= self._slot_need:
+            self._slot_freed.set()
+        return entry
+
+    def _late_result(self, task: Task, job: Job, outcome: Outcome) -> None:
+        """From a sync handler's thread, after its timeout was already recorded."""
+        if self._loop is None or self._loop.is_closed():
+            return
+        late = classify(task, job, outcome, self.id)
+
+        def submit() -> None:
+            log.warning("job %d (%s) finished after its %gs timeout; submitting its late result, "
+                        "which fencing must refuse", job.id, job.task, job.timeout or 0)
+            self.completer.add(late)
+
+        try:
+            self._loop.call_soon_threadsafe(submit)
+        except RuntimeError:
+            pass
+
+    def _log_outcome(self, job: Job, o: Finalize) -> None:
+        if o.outcome == "retry":
+            log.warning("job %d %s attempt %d/%d failed, retrying in %.1fs: %s", job.id, job.task,
+                        job.attempts, job.max_attempts, o.retry_in_s or 0, o.error)
+        elif o.outcome == "failed":
+            log.error("job %d %s failed: %s", job.id, job.task, o.error)
+        else:
+            log.debug("job %d %s %s", job.id, job.task, o.outcome)
+
+    # -- recording outcomes ---------------------------------------------------------------
+    async def _write_outcomes(self, batch: list[Finalize]) -> list[int]:
+        return await self._db("complete", self.app.backend.job_finalize_many, outcomes=batch)
+
+    def _outcome_written(self, o: Finalize, accepted: bool) -> None:
+        if self.leases.get(o.job_id) == o.token:
+            del self.leases[o.job_id]
+        if accepted:
+            self.stats.counts[o.outcome] += 1
+        else:
+            self.stats.counts["refused"] += 1
+            log.warning("outcome %r of job %d refused: this worker no longer holds its lease",
+                        o.outcome, o.job_id)
+
+    # -- leases ---------------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        cfg = self.config
+        while True:
+            await asyncio.sleep(cfg.heartbeat_every)
+            snapshot = [Lease(i, t) for i, t in self.leases.items()]
+            try:
+                held = set(await self._db("heartbeat", self.app.backend.worker_heartbeat,
+                                          worker=self._info, leases=snapshot, lease_s=cfg.lease_s))
+            except Exception as exc:
+                log.error("heartbeat failed (leases expire in %gs unless renewed): %s", cfg.lease_s, exc)
+                continue
+            for lease in snapshot:
+                if lease.job_id not in held and self.leases.get(lease.job_id) == lease.token:
+                    self._lose(lease.job_id)
+
+    def _lose(self, job_id: int) -> None:
+        self.leases.pop(job_id, None)
+        self.stats.counts["lost"] += 1
+        entry = self.running.get(job_id)
+        log.warning("lost the lease of job %d (expired and rescued, or finished elsewhere); "
+                    "stopping it here", job_id)
+        if entry is not None:
+            entry.lost = True
+            entry.task.cancel()
+
+    async def _maintenance_loop(self) -> None:
+        service = Maintenance(self.app.backend)
+        while True:
+            try:
+                await self._db("maintenance", service.step)
+            except Exception as exc:
+                log.error("maintenance pass failed: %s", exc)
+            await asyncio.sleep(self.config.maintenance_s)
+
+    # -- shutdown -------------------------------------------------------------------------
+    async def _drain(self) -> None:
+        """Let running jobs finish within the grace period; release the rest."""
+        cfg = self.config
+        if self.running and not self._hard:
+            log.info("waiting up to %gs for %d running job(s)", cfg.grace_s, len(self.running))
+            finished = asyncio.gather(*(r.task for r in self.running.values()), return_exceptions=True)
+            hard = asyncio.create_task(self._hard_event.wait())
+            await asyncio.wait([finished, hard], timeout=cfg.grace_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+            hard.cancel()
+        remaining = list(self.running.values())
+        if remaining:
+            leases = [Lease(r.job.id, r.job.lease_token or "") for r in remaining]
+            for r in remaining:
+                r.released = True
+                r.task.cancel()
+            await asyncio.gather(*(r.task for r in remaining), return_exceptions=True)
+            released = await self._db("complete", self.app.backend.job_release_many, leases=leases)
+            for le in leases:
+                self.leases.pop(le.job_id, None)
+            self.stats.counts["released"] += len(released)
+            log.info("released %d unfinished job(s) back to the queue without using an attempt",
+                     len(released))
+        await self.completer.close()

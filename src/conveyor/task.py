@@ -1,0 +1,167 @@
+"""Tasks: a handler plus the defaults its jobs are created with."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .backends.base import JobInsert
+from .errors import ConfigError, SerializationError
+from .job import Job
+from .retry import Backoff
+
+if TYPE_CHECKING:
+    from .app import Conveyor
+
+#: Keyword arguments of ``send()`` that configure the job rather than reach the handler.
+SEND_OPTIONS = frozenset(
+    {"delay", "priority", "unique_key", "idempotency_key", "conn", "queue", "max_attempts",
+     "timeout", "backoff"}
+)
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    queue: str
+    priority: int = 0
+    max_attempts: int = 5
+    timeout: float | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+
+    def __post_init__(self) -> None:
+        _check_options(priority=self.priority, max_attempts=self.max_attempts, timeout=self.timeout,
+                       queue=self.queue)
+        bad = [r for r in self.retry_on if not (isinstance(r, type) and issubclass(r, BaseException))]
+        if bad:
+            raise ConfigError(f"retry_on must hold exception classes, got {bad!r}")
+
+
+def _check_options(**opts: Any) -> None:
+    if "queue" in opts and (not isinstance(opts["queue"], str) or not opts["queue"].strip()):
+        raise ConfigError(f"queue must be a non-empty string, got {opts['queue']!r}")
+    if "priority" in opts and (not isinstance(opts["priority"], int) or isinstance(opts["priority"], bool)):
+        raise ConfigError(f"priority must be an integer (higher runs first), got {opts['priority']!r}")
+    if "max_attempts" in opts and (not isinstance(opts["max_attempts"], int) or opts["max_attempts"] < 1):
+        raise ConfigError(f"max_attempts must be an integer >= 1, got {opts['max_attempts']!r}")
+    timeout = opts.get("timeout")
+    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+        raise ConfigError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    delay = opts.get("delay")
+    if delay is not None and (not isinstance(delay, int | float) or delay < 0):
+        raise ConfigError(f"delay must be a number of seconds >= 0, got {delay!r}")
+    for key in ("unique_key", "idempotency_key"):
+        value = opts.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
+
+
+def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
+    try:
+        text = json.dumps({"args": list(args), "kwargs": dict(kwargs)}, separators=(",", ":"),
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"arguments of task {task!r} cannot be stored as JSON ({exc}); pass str, int, float, "
+            "bool, None, lists and dicts, or convert the value first. Nothing was enqueued."
+        ) from exc
+    if len(text) > limit:
+        raise SerializationError(
+            f"arguments of task {task!r} are {len(text):,} bytes as JSON, over the "
+            f"{limit:,}-byte limit (Conveyor(max_payload_bytes=...)); store large data elsewhere "
+            "and pass a reference. Nothing was enqueued."
+        )
+    return text
+
+
+class Task:
+    """A registered handler. Call it directly to run it in-process; ``send`` to enqueue."""
+
+    def __init__(self, app: Conveyor, fn: Callable[..., Any], name: str, defaults: TaskDefaults):
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.defaults = defaults
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        clash = SEND_OPTIONS & set(self.signature.parameters)
+        if clash:
+            raise ConfigError(
+                f"task {name!r} has parameter(s) {sorted(clash)} with the same name as send() "
+                f"options; rename them (the send() options are {sorted(SEND_OPTIONS)})"
+            )
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.defaults.queue}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    # -- building inserts ------------------------------------------------------------
+    def build(self, args: Sequence[Any], kwargs: Mapping[str, Any], **options: Any) -> JobInsert:
+        """Validate arguments and options; encode them. Raises before anything is written."""
+        unknown = set(options) - SEND_OPTIONS
+        if unknown:
+            raise ConfigError(f"unknown send option(s) {sorted(unknown)} for task {self.name!r}")
+        _check_options(**{k: v for k, v in options.items() if v is not None})
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"bad arguments for task {self.name!r}: {exc}") from None
+        d = self.defaults
+        backoff = Backoff.coerce(options.get("backoff"))
+        return JobInsert(
+            queue=options.get("queue") or d.queue,
+            task=self.name,
+            args_json=encode_args(self.name, args, kwargs, self.app.max_payload_bytes),
+            priority=d.priority if options.get("priority") is None else options["priority"],
+            max_attempts=options.get("max_attempts") or d.max_attempts,
+            delay_s=float(options.get("delay") or 0.0),
+            timeout_s=options.get("timeout") or d.timeout,
+            backoff_json=json.dumps(backoff.to_dict()) if backoff else None,
+            unique_key=options.get("unique_key"),
+            idempotency_key=options.get("idempotency_key"),
+        )
+
+    def _split(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in SEND_OPTIONS}
+        return kwargs, options
+
+    # -- enqueueing ---------------------------------------------------------------------
+    def send(self, *args: Any, **kwargs: Any) -> Job:
+        """Enqueue one job. Keyword arguments named in ``SEND_OPTIONS`` configure the job
+        (``delay``, ``priority``, ``unique_key``, ``idempotency_key``, ``conn``, ...);
+        the rest go to the handler."""
+        kwargs, options = self._split(kwargs)
+        conn = options.pop("conn", None)
+        insert = self.build(args, kwargs, **options)
+        return self.app.insert_jobs([insert], conn=conn)[0]
+
+    async def asend(self, *args: Any, **kwargs: Any) -> Job:
+        """``send`` for async code: the database call runs in a thread."""
+        return await asyncio.to_thread(self.send, *args, **kwargs)
+
+    def send_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]], **options: Any) -> list[Job]:
+        """Enqueue many jobs in one transaction and one statement. Each item is a tuple of
+        positional arguments (or a dict of keyword arguments); ``options`` apply to all."""
+        conn = options.pop("conn", None)
+        if options.get("unique_key") or options.get("idempotency_key"):
+            raise ConfigError("send_many cannot share one unique_key/idempotency_key across jobs")
+        inserts = []
+        for n, item in enumerate(items):
+            if isinstance(item, Mapping):
+                inserts.append(self.build((), item, **options))
+            elif isinstance(item, list | tuple):
+                inserts.append(self.build(item, {}, **options))
+            else:
+                raise TypeError(
+                    f"send_many item {n} of task {self.name!r} is a {type(item).__name__}: "
+                    "pass a tuple of positional arguments (e.g. [(1,), (2,)]) or a dict of kwargs"
+                )
+        return self.app.insert_jobs(inserts, conn=conn)
