@@ -1,0 +1,38 @@
+# Conveyor — `make help` lists the targets.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test bench lint check clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-9s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed ## create .venv and install Conveyor with its dev tools
+
+demo: install ## run the demo on embedded SQLite (no server needed)
+	$(VENV)/bin/conveyor demo
+
+test: install ## run the whole suite on SQLite and PostgreSQL (finds or starts PostgreSQL)
+	@url=$$(PYTHON=$(PY) bash scripts/ensure-postgres.sh) || exit 1; \
+	echo "PostgreSQL for tests: $$url"; \
+	CONVEYOR_TEST_POSTGRES_URL=$$url $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install ## benchmarks: Conveyor (SQLite, PostgreSQL) beside PgQueuer, same harness
+	bash bench/run.sh
+
+lint: install ## ruff lint and format check
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+check: lint test ## what CI runs
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info

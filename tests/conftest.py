@@ -1,0 +1,80 @@
+"""Every test that takes ``db_url`` (or ``app``) runs once on SQLite and once on
+PostgreSQL. PostgreSQL is not optional: without it the run fails, saying how to
+get one (``make test`` finds or starts one)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+from conveyor import Conveyor
+
+PG_ENV = "CONVEYOR_TEST_POSTGRES_URL"
+PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def _pg_base() -> str:
+    url = os.environ.get(PG_ENV, PG_DEFAULT)
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.OperationalError as exc:
+        pytest.exit(
+            f"PostgreSQL is required for the test suite and did not answer at {url}: {exc}\n"
+            f"Run `make test` (it starts a throwaway cluster if it finds initdb/pg_ctl), or set "
+            f"{PG_ENV} to a server you can create databases on.",
+            returncode=3,
+        )
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A database of our own for this run, dropped afterwards."""
+    base = _pg_base()
+    name = f"conveyor_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    info = psycopg.conninfo.conninfo_to_dict(base)
+    info["dbname"] = name
+    yield psycopg.conninfo.make_conninfo(**info)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def pg_schema_url(database_url: str, schema: str) -> str:
+    """A URL whose connections see only ``schema`` (subprocess workers inherit it)."""
+    info = psycopg.conninfo.conninfo_to_dict(database_url)
+    dsn = f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
+    dsn += f"{info.get('port', 5432)}/{info['dbname']}"
+    return dsn + "?options=" + quote(f"-csearch_path={schema}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'conveyor.db'}"
+        return
+    database = request.getfixturevalue("pg_database")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    yield pg_schema_url(database, schema)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def app(db_url: str) -> Iterator[Conveyor]:
+    conveyor = Conveyor(db_url)
+    yield conveyor
+    conveyor.close()
+
+
+@pytest.fixture
+def backend(app: Conveyor):
+    return app.backend
