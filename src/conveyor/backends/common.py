@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -91,14 +90,11 @@ def check_schema(current: int, migrations: Sequence[Migration], where: str) -> l
     return [m for m in migrations if m.version > current]
 
 
-def loads(value: Any) -> Any:
-    """JSON columns arrive decoded from psycopg and as text from sqlite3."""
-    if isinstance(value, str | bytes):
-        return json.loads(value)
-    return value
-
-
-def job_from_row(row: dict[str, Any], ts: Callable[[Any], datetime | None]) -> Job:
+def job_from_row(
+    row: dict[str, Any], ts: Callable[[Any], datetime | None], loads: Callable[[Any], Any]
+) -> Job:
+    """``ts`` and ``loads`` convert the dialect's timestamps and JSON columns (psycopg
+    hands back decoded JSON, sqlite3 hands back text)."""
     args = loads(row["args"]) or {}
     return Job(
         id=row["id"],

@@ -277,6 +277,11 @@ class Worker:
 
     # -- running ------------------------------------------------------------------------
     def _start(self, job: Job) -> None:
+        previous = self.running.get(job.id)
+        if previous is not None:
+            # Our old lease on this job expired and was rescued, and we claimed it
+            # again before the heartbeat noticed: the old run is superseded.
+            self._abandon(previous, "claimed again under a new lease")
         self.leases[job.id] = job.lease_token or ""
         task = asyncio.create_task(self._run_job(job), name=f"job-{job.id}")
         self.running[job.id] = Running(job, task)
@@ -296,13 +301,17 @@ class Worker:
             self._finished(job)
             return
         entry = self._finished(job)
-        if entry is not None and entry.lost:
-            return  # the lease is gone; someone else owns the job now
+        if entry is None or entry.lost:
+            return  # the lease is gone; someone else (or a newer run) owns the job now
         self._log_outcome(job, outcome)
         self.completer.add(outcome)
 
     def _finished(self, job: Job) -> Running | None:
-        entry = self.running.pop(job.id, None)
+        """Forget a run; ``None`` if a newer run of the same job replaced it."""
+        entry = self.running.get(job.id)
+        if entry is None or entry.job.lease_token != job.lease_token:
+            return None
+        del self.running[job.id]
         if self._free() >= self._slot_need:
             self._slot_freed.set()
         return entry
@@ -364,13 +373,17 @@ class Worker:
 
     def _lose(self, job_id: int) -> None:
         self.leases.pop(job_id, None)
-        self.stats.counts["lost"] += 1
         entry = self.running.get(job_id)
-        log.warning("lost the lease of job %d (expired and rescued, or finished elsewhere); "
-                    "stopping it here", job_id)
         if entry is not None:
-            entry.lost = True
-            entry.task.cancel()
+            self._abandon(entry, "expired and rescued, or finished elsewhere")
+
+    def _abandon(self, entry: Running, why: str) -> None:
+        self.stats.counts["lost"] += 1
+        log.warning("lost the lease of job %d (%s); stopping it here", entry.job.id, why)
+        entry.lost = True
+        entry.task.cancel()
+        if self.running.get(entry.job.id) is entry:
+            del self.running[entry.job.id]
 
     async def _maintenance_loop(self) -> None:
         service = Maintenance(self.app.backend)

@@ -36,6 +36,10 @@ MIGRATIONS = load_migrations(__package__ or "conveyor.backends.postgres")
 CHANNEL = "conveyor_jobs"
 
 
+def _json(value: Any) -> Any:
+    return value  # psycopg decodes jsonb itself
+
+
 def _ts(value: Any) -> datetime | None:
     return value  # type: ignore[no-any-return]  # psycopg returns aware datetimes
 
@@ -238,7 +242,7 @@ class PostgresBackend(Backend):
                 {"queues": list(queues), "worker_id": worker_id, "limit": limit,
                  "lease_s": lease_s, "now": now},
             ).fetchall()
-        jobs = [job_from_row(r, _ts) for r in rows]
+        jobs = [job_from_row(r, _ts, _json) for r in rows]
         order = {q: i for i, q in enumerate(queues)}
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
         return jobs
@@ -333,7 +337,7 @@ class PostgresBackend(Backend):
     def job_get(self, *, job_id: int) -> Job | None:
         with self._tx() as cur:
             row = cur.execute(Q["job_get"], {"id": job_id}).fetchone()
-        return job_from_row(row, _ts) if row else None
+        return job_from_row(row, _ts, _json) if row else None
 
     def job_list(
         self,
@@ -349,7 +353,7 @@ class PostgresBackend(Backend):
                 Q["job_list"],
                 {"queue": queue, "state": state, "task": task, "limit": limit, "before_id": before_id},
             ).fetchall()
-        return [job_from_row(r, _ts) for r in rows]
+        return [job_from_row(r, _ts, _json) for r in rows]
 
     def job_attempts(self, *, job_id: int) -> list[Attempt]:
         with self._tx() as cur:

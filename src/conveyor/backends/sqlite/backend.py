@@ -37,6 +37,10 @@ def _epoch(now: datetime | None) -> float:
     return time.time() if now is None else now.timestamp()
 
 
+def _json(value: Any) -> Any:
+    return None if value is None else json.loads(value)
+
+
 def _ts(value: Any) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
@@ -242,7 +246,7 @@ class SQLiteBackend(Backend):
                 rows = cur.execute(Q["job_fetch_available"], {
                     "queue": queue, "worker_id": worker_id, "limit": limit - len(jobs),
                     "lease_s": lease_s, "now": ts}).fetchall()
-                claimed = [job_from_row(r, _ts) for r in rows]
+                claimed = [job_from_row(r, _ts, _json) for r in rows]
                 claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
                 jobs.extend(claimed)
         return jobs
@@ -337,7 +341,7 @@ class SQLiteBackend(Backend):
     def job_get(self, *, job_id: int) -> Job | None:
         with self._tx(write=False) as cur:
             row = cur.execute(Q["job_get"], {"id": job_id}).fetchone()
-        return job_from_row(row, _ts) if row else None
+        return job_from_row(row, _ts, _json) if row else None
 
     def job_list(
         self,
@@ -352,7 +356,7 @@ class SQLiteBackend(Backend):
             rows = cur.execute(Q["job_list"], {
                 "queue": queue, "state": state, "task": task, "limit": limit,
                 "before_id": before_id}).fetchall()
-        return [job_from_row(r, _ts) for r in rows]
+        return [job_from_row(r, _ts, _json) for r in rows]
 
     def job_attempts(self, *, job_id: int) -> list[Attempt]:
         with self._tx(write=False) as cur:

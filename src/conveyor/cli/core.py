@@ -1,0 +1,168 @@
+"""What every command shares: the error convention, global options, loading ``--app``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from ..app import Conveyor
+from ..errors import ConveyorError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: exit status for errors the user can fix (bad URL, bad --app, bad input, missing job)
+EXIT_ERROR = 2
+#: exit status when an operator action is refused because of the job's state
+EXIT_REFUSED = 1
+
+
+class CliError(click.ClickException):
+    """A user-facing failure: one red ``error: ...`` line on stderr, exit status 2."""
+
+    exit_code = EXIT_ERROR
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        # One line whatever the source: a multi-line message would read like a traceback.
+        super().__init__(" ".join(str(message).split()))
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        click.secho(f"error: {self.format_message()}", fg="red", err=True)
+
+
+class ConveyorGroup(click.Group):
+    """The root group. Its ``invoke`` runs every subcommand, so wrapping it once turns
+    any :class:`ConveyorError` into a :class:`CliError` for all commands."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ConveyorError as exc:
+            raise CliError(str(exc) or type(exc).__name__) from None
+
+
+@dataclass
+class State:
+    """Global options, and the app built from them on first use."""
+
+    database_url: str
+    #: -d was typed on the command line (then it overrides an --app's own URL)
+    url_explicit: bool
+    app_spec: str | None = None
+    _app: Conveyor | None = None
+
+    def app(self, *, need_tasks: bool = False, auto_migrate: bool = False) -> Conveyor:
+        """The Conveyor to use: the ``--app`` one if given, else a bare one on the URL.
+
+        A bare app does not migrate on its own (``auto_migrate=False``): inspecting a
+        database that has no schema should say so, not silently create one.
+        """
+        if self._app is not None:
+            return self._app
+        if self.app_spec:
+            app = load_app(self.app_spec)
+            if self.url_explicit and app.url != self.database_url:
+                app.close()  # in case the module already opened its own database
+                app.url = self.database_url
+        elif need_tasks:
+            raise CliError(
+                "this command needs the app that registers your tasks: pass "
+                "--app module:attribute (e.g. --app myapp:app) or set CONVEYOR_APP"
+            )
+        else:
+            app = Conveyor(self.database_url, auto_migrate=auto_migrate)
+        # Release connections when the command ends, even on error.
+        click.get_current_context().call_on_close(app.close)
+        self._app = app
+        return app
+
+
+def make_state(ctx: click.Context, database_url: str, app_spec: str | None) -> State:
+    source = ctx.get_parameter_source("database_url")
+    return State(database_url, source == ParameterSource.COMMANDLINE, app_spec)
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+def _remember_app(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    state = ctx.find_object(State)
+    if value and state is not None:
+        state.app_spec = value
+    return value
+
+
+def app_option(fn: F) -> F:
+    """``--app`` on a subcommand (it may also be given before the subcommand)."""
+    return click.option(
+        "--app",
+        "app_spec",
+        metavar="MODULE:ATTR",
+        envvar="CONVEYOR_APP",
+        expose_value=False,
+        callback=_remember_app,
+        help="Your Conveyor app, e.g. myapp:app (the module is imported from the current "
+        "directory or sys.path). Its URL is used unless -d is given. [env: CONVEYOR_APP]",
+    )(fn)
+
+
+def load_app(spec: str) -> Conveyor:
+    """Import ``module:attr`` and check it is a Conveyor. Every failure is one clear line."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name.strip() or not attr.strip():
+        raise CliError(f"--app must look like module:attribute (e.g. myapp:app), got {spec!r}")
+    module = _import(module_name.strip())
+    obj: Any = module
+    for part in attr.strip().split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise CliError(
+                f"--app {spec}: module {module_name!r} has no attribute {attr!r}"
+            ) from None
+    if not isinstance(obj, Conveyor):
+        raise CliError(
+            f"--app {spec}: {attr!r} is a {type(obj).__name__}, not a conveyor.Conveyor "
+            "(point --app at the object created with Conveyor(...))"
+        )
+    return obj
+
+
+def _import(module_name: str) -> Any:
+    # Like `python -m`: modules in the current directory are importable.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise CliError(
+                f"--app: no module named {module_name!r} (looked in {cwd} and on sys.path; "
+                "run from your project's directory or set PYTHONPATH)"
+            ) from None
+        raise CliError(_import_failure(module_name, exc)) from None
+    except ConveyorError:
+        raise  # e.g. a task registered twice: its own message is the clearest
+    except Exception as exc:
+        raise CliError(_import_failure(module_name, exc)) from None
+
+
+def _import_failure(module_name: str, exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return (
+        f"--app: importing {module_name!r} failed with {type(exc).__name__}: {first} "
+        f"(run `python -c 'import {module_name}'` to see the traceback)"
+    )
+
+
+def refuse(message: str) -> CliError:
+    """An action the job's state does not allow: exit status 1, not a usage error."""
+    return CliError(message, exit_code=EXIT_REFUSED)

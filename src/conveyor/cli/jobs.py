@@ -1,0 +1,230 @@
+"""``conveyor jobs``: list, show, retry and cancel jobs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..job import Attempt, Job
+from .core import State, app_option, pass_state, refuse
+from .render import (
+    STATES,
+    attempt_dict,
+    cell,
+    console,
+    echo_json,
+    job_dict,
+    seconds,
+    snippet,
+    state_text,
+    when,
+)
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+@click.group("jobs")
+def jobs_group() -> None:
+    """Inspect and operate on jobs.
+
+    \b
+    conveyor jobs list --state failed
+    conveyor jobs show 42
+    conveyor jobs retry 42
+    conveyor jobs cancel 43
+    """
+
+
+# -- list ----------------------------------------------------------------------------------
+@jobs_group.command("list")
+@click.option("--state", "state_filter", type=click.Choice(STATES), help="Only jobs in this state.")
+@click.option("--queue", "-q", help="Only jobs on this queue.")
+@click.option("--task", "-t", help="Only jobs of this task.")
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="Most jobs to show (newest first).",
+)
+@json_option
+@app_option
+@pass_state
+def list_jobs(
+    state: State,
+    state_filter: str | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List jobs, newest first."""
+    jobs = state.app().list_jobs(state=state_filter, queue=queue, task=task, limit=limit)
+    if as_json:
+        echo_json([job_dict(j) for j in jobs])
+        return
+    if not jobs:
+        console().print("no jobs match")
+        return
+    console().print(jobs_table(jobs))
+
+
+def jobs_table(jobs: list[Job]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for name, justify in [
+        ("id", "right"),
+        ("task", "left"),
+        ("queue", "left"),
+        ("state", "left"),
+        ("attempts", "right"),
+        ("priority", "right"),
+        ("created", "left"),
+        ("error", "left"),
+    ]:
+        table.add_column(name, justify=justify, overflow="fold" if name != "error" else "ellipsis")
+    for j in jobs:
+        table.add_row(
+            cell(j.id),
+            cell(j.task),
+            cell(j.queue),
+            state_text(j.state),
+            cell(f"{j.attempts}/{j.max_attempts}"),
+            cell(j.priority),
+            cell(when(j.created_at)),
+            cell(snippet(j.error), "red"),
+        )
+    return table
+
+
+# -- show ----------------------------------------------------------------------------------
+@jobs_group.command("show")
+@click.argument("job_id", type=int, metavar="ID")
+@json_option
+@app_option
+@pass_state
+def show_job(state: State, job_id: int, as_json: bool) -> None:
+    """Show one job: every field, its result or error, and its attempt log."""
+    job = state.app().get_job(job_id)
+    attempts = job.attempt_log()
+    if as_json:
+        echo_json({**job_dict(job), "attempts": [attempt_dict(a) for a in attempts]})
+        return
+    con = console()
+    con.print(job_fields(job))
+    if attempts:
+        con.print()
+        con.print(attempts_table(attempts))
+    tb = last_traceback(attempts)
+    if tb:
+        con.print()
+        con.print(Text("last traceback", style="bold"))
+        con.print(Text(tb.rstrip(), style="red"))
+
+
+def job_fields(job: Job) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", justify="right")
+    grid.add_column(overflow="fold")
+    rows: list[tuple[str, Any]] = [
+        ("job", Text(f"{job.id}", style="bold")),
+        ("task", job.task),
+        ("queue", job.queue),
+        ("state", state_text(job.state)),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("priority", job.priority),
+        ("args", json.dumps(job.args)),
+        ("kwargs", json.dumps(job.kwargs)),
+        ("created", when(job.created_at)),
+        ("scheduled", when(job.scheduled_at)),
+        ("started", when(job.started_at)),
+        ("finished", when(job.finished_at)),
+        ("timeout", seconds(job.timeout) if job.timeout else "none"),
+        ("backoff", json.dumps(job.backoff) if job.backoff else "task default"),
+        ("unique key", job.unique_key),
+        ("idempotency key", job.idempotency_key),
+        ("stage", job.stage),
+        ("lease owner", job.lease_owner),
+        ("lease expires", when(job.lease_expires_at)),
+    ]
+    if job.result is not None or job.state == "succeeded":
+        rows.append(("result", json.dumps(job.result)))
+    rows.append(("error", Text(job.error, style="red") if job.error else None))
+    for name, value in rows:
+        if value is None or value == "":
+            continue  # unset fields are noise
+        grid.add_row(name, value if isinstance(value, Text) else cell(value))
+    return grid
+
+
+def attempts_table(attempts: list[Attempt]) -> Table:
+    table = Table(title="attempts", title_justify="left", show_edge=False, header_style="bold")
+    table.add_column("attempt", justify="right")
+    table.add_column("outcome")
+    table.add_column("worker", overflow="fold")
+    table.add_column("started")
+    table.add_column("duration", justify="right")
+    table.add_column("error", overflow="fold")
+    for a in attempts:
+        style = {"succeeded": "green", "failed": "red", "retry": "yellow"}.get(a.outcome, "")
+        table.add_row(
+            cell(a.attempt),
+            cell(a.outcome, style),
+            cell(a.worker_id),
+            cell(when(a.started_at)),
+            cell(seconds(a.duration_s)),
+            cell(snippet(a.error, 100), "red"),
+        )
+    return table
+
+
+def last_traceback(attempts: list[Attempt]) -> str | None:
+    for a in reversed(attempts):
+        if a.traceback:
+            return a.traceback
+    return None
+
+
+# -- operator actions ------------------------------------------------------------------------
+@jobs_group.command("retry")
+@click.argument("job_id", type=int, metavar="ID")
+@app_option
+@pass_state
+def retry_job(state: State, job_id: int) -> None:
+    """Run a failed or cancelled job again (it gets one more attempt).
+
+    Exits with status 1, changing nothing, if the job is in any other state.
+    """
+    app = state.app()
+    job = app.get_job(job_id)  # a missing id is an error of its own
+    if not app.retry_job(job_id):
+        raise refuse(
+            f"job {job_id} is {app.get_job(job_id).state}: only failed or cancelled jobs "
+            "can be retried"
+        )
+    click.echo(f"job {job_id} ({job.task}) is available again")
+
+
+@jobs_group.command("cancel")
+@click.argument("job_id", type=int, metavar="ID")
+@app_option
+@pass_state
+def cancel_job(state: State, job_id: int) -> None:
+    """Cancel a job that has not started yet (scheduled or available).
+
+    A running job cannot be cancelled yet. Exits with status 1, changing nothing,
+    if the job is not scheduled or available.
+    """
+    app = state.app()
+    job = app.get_job(job_id)
+    if not app.cancel_job(job_id):
+        now = app.get_job(job_id).state
+        hint = " (running jobs cannot be cancelled yet)" if now == "running" else ""
+        raise refuse(
+            f"job {job_id} is {now}: only scheduled or available jobs can be cancelled{hint}"
+        )
+    click.echo(f"job {job_id} ({job.task}) cancelled")

@@ -1,0 +1,163 @@
+"""The ``conveyor`` command: the root group, ``migrate`` and ``enqueue``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..app import DEFAULT_URL
+from ..task import SEND_OPTIONS
+from .core import CliError, ConveyorGroup, State, app_option, make_state, pass_state
+from .demo import demo
+from .jobs import jobs_group
+from .status import status
+from .worker import worker
+
+
+@click.group(cls=ConveyorGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--database-url",
+    "-d",
+    envvar="CONVEYOR_DATABASE_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    metavar="URL",
+    help="sqlite:///path/to/file.db or postgresql://user@host:5432/dbname. "
+    "[env: CONVEYOR_DATABASE_URL]",
+)
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE:ATTR",
+    envvar="CONVEYOR_APP",
+    help="Your Conveyor app, e.g. myapp:app; its URL is used unless -d is given. "
+    "Commands that run or enqueue tasks need it. [env: CONVEYOR_APP]",
+)
+@click.version_option(__version__, "--version", prog_name="conveyor")
+@click.pass_context
+def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
+    """Conveyor: a durable task queue whose only infrastructure is a database.
+
+    \b
+    conveyor migrate                         create or upgrade the schema
+    conveyor worker --app myapp:app          run a worker
+    conveyor enqueue send_email --app myapp:app --args '["a@b.c"]'
+    conveyor status                          jobs per queue and state, live workers
+    conveyor jobs list --state failed        inspect, retry and cancel jobs
+    conveyor demo                            see it all work on a throwaway SQLite file
+
+    Errors print one `error: ...` line and exit with status 2.
+    """
+    ctx.obj = make_state(ctx, database_url, app_spec)
+
+
+@cli.command("migrate")
+@app_option
+@pass_state
+def migrate(state: State) -> None:
+    """Create the Conveyor tables, or upgrade them to this version's schema.
+
+    Safe to run from several places at once; workers also migrate on start.
+    """
+    app = state.app()
+    applied = app.migrate()
+    version = app.backend.schema_version()
+    if applied:
+        listed = ", ".join(str(v) for v in applied)
+        click.echo(f"applied migration(s) {listed}: schema now at version {version}")
+    else:
+        click.echo(f"schema up to date (version {version})")
+
+
+@cli.command("enqueue")
+@click.argument("task")
+@app_option
+@click.option(
+    "--args",
+    "args_json",
+    default="[]",
+    metavar="JSON",
+    help="Positional arguments as a JSON array, e.g. '[1, \"two\"]'.",
+)
+@click.option(
+    "--kwargs",
+    "kwargs_json",
+    default="{}",
+    metavar="JSON",
+    help='Keyword arguments as a JSON object, e.g. \'{"to": "a@b.c"}\'.',
+)
+@click.option("--queue", "-q", help="Queue to put the job on. [default: the task's]")
+@click.option("--priority", "-p", type=int, help="Higher runs first. [default: the task's]")
+@click.option(
+    "--delay",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Run no sooner than this many seconds from now.",
+)
+@click.option(
+    "--unique-key",
+    metavar="KEY",
+    help="Skip enqueueing while an unfinished job holds this key (prints its id).",
+)
+@click.option(
+    "--idempotency-key",
+    metavar="KEY",
+    help="Enqueue at most once for this key, ever (prints the first job's id).",
+)
+@click.option("--max-attempts", type=click.IntRange(min=1), help="[default: the task's]")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Longest one attempt may run. [default: the task's]",
+)
+@pass_state
+def enqueue(state: State, task: str, args_json: str, kwargs_json: str, **options: Any) -> None:
+    """Enqueue one job of TASK and print its id.
+
+    \b
+    conveyor enqueue send_email --app myapp:app --args '["a@b.c"]' --delay 60
+    """
+    args = _json_arg(args_json, "--args", list, "a JSON array, e.g. '[1, 2]'")
+    kwargs = _json_arg(kwargs_json, "--kwargs", dict, "a JSON object, e.g. '{\"x\": 1}'")
+    clash = sorted(set(kwargs) & SEND_OPTIONS)
+    if clash:
+        # Task.send would read these as job options, not handler arguments.
+        raise CliError(
+            f"--kwargs cannot contain {clash}: those names are job options; "
+            "use the matching command-line options instead"
+        )
+    app = state.app(need_tasks=True, auto_migrate=True)
+    try:
+        job = app.enqueue(task, args, kwargs, **{k: v for k, v in options.items() if v is not None})
+    except TypeError as exc:  # arguments that do not fit the handler's signature
+        raise CliError(str(exc)) from None
+    click.echo(job.id)
+
+
+def _json_arg(text: str, option: str, kind: type, expected: str) -> Any:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{option} is not valid JSON ({exc}): expected {expected}") from None
+    if not isinstance(value, kind):
+        raise CliError(f"{option} must be {expected}, got {type(value).__name__}")
+    return value
+
+
+cli.add_command(worker)
+cli.add_command(status)
+cli.add_command(jobs_group)
+cli.add_command(demo)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="conveyor")
+
+
+if __name__ == "__main__":
+    main()

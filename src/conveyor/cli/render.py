@@ -1,0 +1,106 @@
+"""Turning jobs, attempts and counts into rich tables or JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from ..job import Attempt, Job, JobState
+
+#: display order of states, also the columns of `conveyor status`
+STATES = [s.value for s in JobState]
+
+STATE_STYLES = {
+    "scheduled": "cyan",
+    "available": "blue",
+    "running": "yellow",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "dim",
+}
+
+#: job fields never shown: the lease token is the proof of ownership a worker fences with
+HIDDEN_FIELDS = {"lease_token"}
+
+
+def console() -> Console:
+    """A console on the current stdout. Piped output gets a generous width so tables
+    are not squeezed to 80 columns in logs and CI."""
+    con = Console(highlight=False)
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        con.width = 160
+    return con
+
+
+def cell(value: Any, style: str = "") -> Text:
+    """A table cell that is never parsed as rich markup (errors contain brackets)."""
+    return Text("" if value is None else str(value), style=style)
+
+
+def state_text(state: str | JobState) -> Text:
+    value = str(state)
+    return Text(value, style=STATE_STYLES.get(value, ""))
+
+
+def when(ts: datetime | None) -> str:
+    """Local time, to the second: what an operator compares with their own logs."""
+    return "" if ts is None else ts.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    if value < 60:
+        return f"{value:.2f}s" if value < 10 else f"{value:.1f}s"
+    minutes, secs = divmod(round(value), 60)
+    return f"{minutes}m{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def snippet(text: str | None, width: int = 60) -> str:
+    """First line of an error, shortened for a table cell."""
+    if not text:
+        return ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+# -- JSON --------------------------------------------------------------------------------
+def plain(value: Any) -> Any:
+    """A JSON-ready copy: datetimes as ISO 8601, enums as their values."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def job_dict(job: Job) -> dict[str, Any]:
+    # Not dataclasses.asdict: it would deep-copy the bound app along with the record.
+    return {
+        f.name: plain(getattr(job, f.name))
+        for f in fields(job)
+        if not f.name.startswith("_") and f.name not in HIDDEN_FIELDS
+    }
+
+
+def attempt_dict(attempt: Attempt) -> dict[str, Any]:
+    data = {f.name: plain(getattr(attempt, f.name)) for f in fields(attempt)}
+    data["duration_s"] = attempt.duration_s
+    return data
+
+
+def echo_json(data: Any) -> None:
+    # click.echo, not rich: machine output must carry no markup or wrapping.
+    click.echo(json.dumps(plain(data), indent=2, default=str))

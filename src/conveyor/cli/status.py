@@ -1,0 +1,95 @@
+"""``conveyor status``: jobs per queue and state, and the workers that are alive."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..backends.base import QueueCount, WorkerInfo
+from .core import State, app_option, pass_state
+from .render import STATE_STYLES, STATES, cell, console, echo_json, seconds, when
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@app_option
+@pass_state
+def status(state: State, as_json: bool) -> None:
+    """Show how many jobs each queue holds in each state, and the live workers."""
+    app = state.app()
+    counts = by_queue(app.counts())
+    workers = app.backend.worker_list()
+    if as_json:
+        echo_json({"queues": counts, "workers": [worker_dict(w) for w in workers]})
+        return
+    con = console()
+    con.print(counts_table(counts) if counts else "no jobs yet")
+    con.print()
+    con.print(workers_table(workers) if workers else "no workers running")
+
+
+def by_queue(rows: list[QueueCount]) -> dict[str, dict[str, int]]:
+    """{queue: {state: n}} with every state present, so columns line up and JSON
+    consumers need not guess missing keys."""
+    table: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATES, 0))
+    for row in rows:
+        table[row.queue][row.state] = table[row.queue].get(row.state, 0) + row.count
+    return dict(sorted(table.items()))
+
+
+def counts_table(counts: dict[str, dict[str, int]]) -> Table:
+    table = Table(title="jobs", title_justify="left", show_edge=False, header_style="bold")
+    table.add_column("queue")
+    for name in STATES:
+        table.add_column(name, justify="right", header_style=f"bold {STATE_STYLES[name]}")
+    totals = dict.fromkeys(STATES, 0)
+    for queue, row in counts.items():
+        table.add_row(cell(queue), *(_count(row[s]) for s in STATES))
+        for s in STATES:
+            totals[s] += row[s]
+    if len(counts) > 1:
+        table.add_section()
+        table.add_row(Text("total", style="bold"), *(_count(totals[s]) for s in STATES))
+    return table
+
+
+def _count(n: int) -> Text:
+    return Text(str(n), style="" if n else "dim")
+
+
+def workers_table(workers: list[WorkerInfo]) -> Table:
+    table = Table(title="workers", title_justify="left", show_edge=False, header_style="bold")
+    for name in ("id", "queues", "concurrency", "started", "last seen"):
+        table.add_column(name, justify="right" if name == "concurrency" else "left")
+    for w in workers:
+        table.add_row(
+            cell(w.id),
+            cell(",".join(w.queues)),
+            cell(w.concurrency),
+            cell(when(w.started_at)),
+            cell(_ago(w.last_seen_at)),
+        )
+    return table
+
+
+def _ago(ts: datetime | None) -> str:
+    if ts is None:
+        return ""
+    return f"{seconds(max(0.0, (datetime.now(UTC) - ts).total_seconds()))} ago"
+
+
+def worker_dict(w: WorkerInfo) -> dict[str, Any]:
+    return {
+        "id": w.id,
+        "hostname": w.hostname,
+        "pid": w.pid,
+        "queues": list(w.queues),
+        "concurrency": w.concurrency,
+        "started_at": w.started_at,
+        "last_seen_at": w.last_seen_at,
+    }

@@ -1,0 +1,36 @@
+"""A small app for the CLI tests: loaded with ``--app tests.cli.cliapp:app`` in process
+and by `conveyor worker` subprocesses (with the repository root on PYTHONPATH)."""
+
+from __future__ import annotations
+
+import time
+
+from conveyor import Backoff, Conveyor, Permanent
+
+
+def register(app: Conveyor) -> Conveyor:
+    """The same tasks on any app, so a test's producer app can send what the
+    worker's app runs."""
+
+    @app.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task(queue="slow")
+    def sleepy(seconds: float) -> str:
+        time.sleep(seconds)
+        return "woke up"
+
+    @app.task
+    def boom() -> None:
+        raise Permanent("boom: bad input")
+
+    @app.task(max_attempts=2, backoff=Backoff(base=0.0, jitter=0.0))
+    def always_fails() -> None:
+        raise RuntimeError("still broken")
+
+    return app
+
+
+#: URL from CONVEYOR_DATABASE_URL; the tests pass -d, which overrides it.
+app = register(Conveyor())

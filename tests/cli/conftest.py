@@ -1,0 +1,47 @@
+"""Helpers for the CLI tests: run the real ``cli`` in process, or as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from conveyor.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_APP = "tests.cli.cliapp:app"
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture(autouse=True)
+def _no_conveyor_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A developer's own CONVEYOR_* settings must not leak into what the tests check.
+    monkeypatch.delenv("CONVEYOR_DATABASE_URL", raising=False)
+    monkeypatch.delenv("CONVEYOR_APP", raising=False)
+
+
+@pytest.fixture
+def invoke() -> Invoke:
+    """``invoke("status", "--json", url=db_url)``: run the CLI in process."""
+
+    def run(*args: str, url: str | None = None, env: dict[str, str] | None = None) -> Result:
+        argv: list[str] = (["-d", url] if url else []) + list(args)
+        return CliRunner().invoke(cli, argv, env=env, catch_exceptions=False)
+
+    return run
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for `conveyor` subprocesses: the test app importable, no stray settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def conveyor_cmd(*args: str) -> Sequence[str]:
+    return [sys.executable, "-m", "conveyor.cli.main", *args]

@@ -1,0 +1,133 @@
+"""Every user error is one red `error: ...` line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import TEST_APP, Invoke, conveyor_cmd, subprocess_env
+
+COMMANDS = [
+    [],
+    ["worker"],
+    ["migrate"],
+    ["enqueue"],
+    ["status"],
+    ["demo"],
+    ["jobs"],
+    ["jobs", "list"],
+    ["jobs", "show"],
+    ["jobs", "retry"],
+    ["jobs", "cancel"],
+]
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "root")
+def test_every_command_has_help(invoke: Invoke, command: list[str]) -> None:
+    result = invoke(*command, "--help")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("Usage: ")
+    # Every subcommand is described in its parent's help.
+    if command == ["jobs"]:
+        assert all(name in result.stdout for name in ("list", "show", "retry", "cancel"))
+    if not command:
+        for name in ("worker", "migrate", "enqueue", "status", "jobs", "demo", "--database-url"):
+            assert name in result.stdout
+
+
+def test_module_entry_point_runs() -> None:
+    proc = subprocess.run(
+        conveyor_cmd("--version"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=subprocess_env(),
+        check=False,
+    )
+    assert proc.returncode == 0
+    assert "conveyor" in proc.stdout
+
+
+def test_unsupported_url_names_the_supported_ones(invoke: Invoke) -> None:
+    line = one_error_line(invoke("status", url="mysql://x"))
+    assert "sqlite:///" in line and "postgresql://" in line
+
+
+def test_unreachable_postgres_is_one_line(invoke: Invoke) -> None:
+    line = one_error_line(invoke("status", url="postgresql://postgres@127.0.0.1:1/postgres"))
+    assert "cannot connect to PostgreSQL" in line
+
+
+def test_missing_sqlite_folder(invoke: Invoke, tmp_path: Path) -> None:
+    line = one_error_line(invoke("status", url=f"sqlite:///{tmp_path}/nowhere/x.db"))
+    assert "does not exist" in line
+
+
+def test_schema_missing_says_to_migrate(invoke: Invoke, tmp_path: Path) -> None:
+    line = one_error_line(invoke("jobs", "list", url=f"sqlite:///{tmp_path}/fresh.db"))
+    assert "conveyor migrate" in line
+
+
+def test_schema_too_new(invoke: Invoke, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/new.db"
+    assert invoke("migrate", url=url).exit_code == 0
+    # Pretend a newer Conveyor migrated this file (the test may use SQL; the CLI may not).
+    with sqlite3.connect(tmp_path / "new.db") as conn:
+        conn.execute("INSERT INTO conveyor_schema_version (version, name) VALUES (999, 'future')")
+    conn.close()
+    for args in (["migrate"], ["enqueue", "add", "--app", TEST_APP, "--args", "[1, 2]"]):
+        line = one_error_line(invoke(*args, url=url))
+        assert "schema version 999" in line and "upgrade the conveyor package" in line
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("nocolon", "module:attribute"),
+        ("no_such_module_xyz:app", "no module named 'no_such_module_xyz'"),
+        ("tests.cli.cliapp:missing", "has no attribute 'missing'"),
+        ("tests.cli.cliapp:register", "not a conveyor.Conveyor"),
+        ("cli_broken_module:app", "importing 'cli_broken_module' failed with ZeroDivisionError"),
+    ],
+)
+def test_bad_app(
+    invoke: Invoke, spec: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A module in the current directory is importable, as with `python -m`.
+    (tmp_path / "cli_broken_module.py").write_text("app = 1 / 0\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # undo the CLI's sys.path change
+    line = one_error_line(invoke("--app", spec, "worker"))
+    assert expected in line
+
+
+def test_worker_needs_an_app(invoke: Invoke) -> None:
+    assert "--app" in one_error_line(invoke("worker"))
+
+
+def test_bad_args_json(invoke: Invoke) -> None:
+    line = one_error_line(invoke("enqueue", "add", "--app", TEST_APP, "--args", "[1,"))
+    assert "--args is not valid JSON" in line
+
+
+def test_args_must_be_an_array(invoke: Invoke) -> None:
+    line = one_error_line(invoke("enqueue", "add", "--app", TEST_APP, "--args", '{"a": 1}'))
+    assert "JSON array" in line
+
+
+def test_kwargs_must_not_hold_job_options(invoke: Invoke) -> None:
+    line = one_error_line(invoke("enqueue", "add", "--app", TEST_APP, "--kwargs", '{"delay": 1}'))
+    assert "job options" in line

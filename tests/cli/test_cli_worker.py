@@ -1,0 +1,110 @@
+"""`conveyor worker` as a real process: runs jobs, stops gracefully on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, Job, JobState
+
+from . import cliapp
+from .conftest import TEST_APP, Invoke, conveyor_cmd, subprocess_env
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} INFO +conveyor\.worker: worker \S+ ")
+
+StartWorker = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def producer(app: Conveyor) -> Conveyor:
+    return cliapp.register(app)
+
+
+@pytest.fixture
+def start_worker(db_url: str, tmp_path: Path) -> Iterator[StartWorker]:
+    """Start `conveyor worker` subprocesses; stderr goes to tmp_path/worker.log."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*options: str) -> subprocess.Popen[bytes]:
+        with open(tmp_path / "worker.log", "wb") as log:
+            proc = subprocess.Popen(
+                conveyor_cmd("-d", db_url, "worker", "--app", TEST_APP, *options),
+                env=subprocess_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:  # a failed test must not leave workers running
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def wait_for(job: Job, state: JobState, timeout: float = 20.0) -> Job:
+    deadline = time.monotonic() + timeout
+    while (current := job.refresh()).state != state:
+        assert time.monotonic() < deadline, f"job {job.id} still {current.state}, wanted {state}"
+        time.sleep(0.05)
+    return current
+
+
+def test_runs_jobs_and_stops_on_sigterm(
+    start_worker: StartWorker, producer: Conveyor, invoke: Invoke, db_url: str, tmp_path: Path
+) -> None:
+    proc = start_worker("--queues", "default", "--concurrency", "4")
+    jobs = producer.tasks["add"].send_many([(i, i) for i in range(10)])
+    for job in jobs:
+        assert job.wait(timeout=20).result == job.args[0] * 2
+
+    workers = json.loads(invoke("status", "--json", url=db_url).stdout)["workers"]
+    assert [(w["pid"], w["queues"], w["concurrency"]) for w in workers] == [
+        (proc.pid, ["default"], 4)
+    ]
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    log = (tmp_path / "worker.log").read_text()
+    assert "Traceback" not in log
+    lines = log.splitlines()
+    assert LOG_LINE.match(lines[0]) and "started: queues=default concurrency=4" in lines[0]
+    assert "stopped: 10 succeeded" in log
+    # The worker said goodbye: status no longer lists it.
+    assert json.loads(invoke("status", "--json", url=db_url).stdout)["workers"] == []
+
+
+def test_sigterm_releases_a_running_job(
+    start_worker: StartWorker, producer: Conveyor, invoke: Invoke, db_url: str, tmp_path: Path
+) -> None:
+    job = producer.tasks["sleepy"].send(30)
+    proc = start_worker("--grace", "0.3")  # default queues: every queue the app's tasks use
+    wait_for(job, JobState.RUNNING)
+
+    refused = invoke("jobs", "cancel", str(job.id), url=db_url)
+    assert refused.exit_code == 1
+    assert "running jobs cannot be cancelled yet" in refused.stderr
+
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert time.monotonic() - started < 5  # the 30 s sleep was abandoned, not waited for
+    released = job.refresh()
+    assert (released.state, released.attempts) == (JobState.AVAILABLE, 0)
+    assert "released 1 unfinished job(s)" in (tmp_path / "worker.log").read_text()
+
+
+def test_burst_exits_when_dry(start_worker: StartWorker, producer: Conveyor) -> None:
+    jobs = producer.tasks["add"].send_many([(1, 2), (3, 4)])
+    proc = start_worker("--burst", "--queues", "default", "--log-level", "warning")
+    assert proc.wait(timeout=20) == 0
+    assert [j.refresh().state for j in jobs] == [JobState.SUCCEEDED] * 2

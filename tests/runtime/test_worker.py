@@ -1,0 +1,296 @@
+"""The worker in-process, against real databases."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+from conveyor import Permanent, current_job
+
+from .helpers import Running, finished, wait_for
+
+FAST = {"base": 0.05, "factor": 2, "cap": 0.2, "jitter": 0}
+
+
+def test_async_and_sync_handlers_store_results(app):
+    @app.task
+    async def add(a, b):
+        await asyncio.sleep(0)
+        return a + b
+
+    @app.task
+    def shout(s, suffix="!"):
+        return s.upper() + suffix
+
+    jobs = [add.send(1, 2), shout.send("hi", suffix="?")]
+    jobs += add.send_many([(i, i) for i in range(20)])
+    with Running(app, concurrency=4):
+        wait_for(finished(app, *(j.id for j in jobs)))
+    assert app.get_job(jobs[0].id).result == 3
+    assert app.get_job(jobs[1].id).result == "HI?"
+    assert [app.get_job(j.id).result for j in jobs[2:]] == [2 * i for i in range(20)]
+    assert all(app.get_job(j.id).state == "succeeded" for j in jobs)
+
+
+def test_transient_errors_retry_with_backoff_then_succeed(app):
+    calls = []
+
+    @app.task(max_attempts=4, backoff=FAST)
+    def flaky():
+        calls.append(time.monotonic())
+        if len(calls) < 3:
+            raise ConnectionError(f"try {len(calls)}")
+        return "ok"
+
+    job = flaky.send()
+    with Running(app):
+        wait_for(finished(app, job.id))
+    got = app.get_job(job.id)
+    assert (got.state, got.attempts, got.result) == ("succeeded", 3, "ok")
+    log = got.attempt_log()
+    assert [a.outcome for a in log] == ["retry", "retry", "succeeded"]
+    assert log[0].error == "ConnectionError: try 1" and "ConnectionError" in log[0].traceback
+    assert all(a.worker_id and a.duration_s is not None for a in log)
+    # the gaps between attempts follow the backoff (0.05 s, then 0.1 s)
+    assert calls[1] - calls[0] >= 0.05 and calls[2] - calls[1] >= 0.1
+
+
+def test_last_attempt_failure_is_kept_as_dead_letter(app):
+    @app.task(max_attempts=2, backoff=FAST)
+    def broken():
+        raise ValueError("always")
+
+    job = broken.send()
+    with Running(app):
+        wait_for(finished(app, job.id))
+    got = app.get_job(job.id)
+    assert got.state == "failed" and got.attempts == 2
+    assert "ValueError: always" in got.error and "no attempts left" in got.error
+
+
+def test_permanent_and_unlisted_errors_fail_at_once(app):
+    @app.task(max_attempts=5)
+    def refuse():
+        raise Permanent("bad input")
+
+    @app.task(max_attempts=5, retry_on=(TimeoutError,))
+    def picky():
+        raise KeyError("nope")
+
+    a, b = refuse.send(), picky.send()
+    with Running(app):
+        wait_for(finished(app, a.id, b.id))
+    got_a, got_b = app.get_job(a.id), app.get_job(b.id)
+    assert (got_a.state, got_a.attempts) == ("failed", 1)
+    assert "Permanent: bad input" in got_a.error and "not retried" in got_a.error
+    assert (got_b.state, got_b.attempts) == ("failed", 1)
+    assert "not in retry_on=(TimeoutError)" in got_b.error
+
+
+def test_per_call_options_override_task_defaults(app):
+    @app.task(max_attempts=5, priority=1)
+    def boom():
+        raise RuntimeError("x")
+
+    job = boom.send(max_attempts=1, priority=9, backoff={"base": 0.01})
+    assert (job.max_attempts, job.priority) == (1, 9)
+    with Running(app):
+        wait_for(finished(app, job.id))
+    assert app.get_job(job.id).attempts == 1
+
+
+def test_async_timeout_cancels_the_handler(app):
+    cancelled = threading.Event()
+
+    @app.task(timeout=0.2, max_attempts=1)
+    async def slow():
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    job = slow.send()
+    with Running(app):
+        wait_for(finished(app, job.id))
+    got = app.get_job(job.id)
+    assert got.state == "failed" and "JobTimeout" in got.error and "0.2s timeout" in got.error
+    assert cancelled.is_set()
+
+
+def test_timeout_counts_execution_not_queue_wait(app):
+    @app.task(timeout=0.5)
+    async def quick():
+        await asyncio.sleep(0.1)
+        return "done"
+
+    job = quick.send()
+    time.sleep(1.0)  # waiting in the queue longer than the timeout is fine
+    with Running(app):
+        wait_for(finished(app, job.id))
+    assert app.get_job(job.id).state == "succeeded"
+
+
+def test_sync_timeout_late_result_is_refused_by_fencing(app):
+    release = threading.Event()
+
+    @app.task(timeout=0.2, max_attempts=1)
+    def stuck():
+        release.wait(10)
+        return "too late"
+
+    job = stuck.send()
+    with Running(app) as running:
+        wait_for(finished(app, job.id))
+        assert app.get_job(job.id).state == "failed"
+        release.set()  # the handler now returns its (late) result
+        wait_for(lambda: running.worker.stats.counts["refused"] >= 1, what="late result refused")
+    got = app.get_job(job.id)
+    assert got.state == "failed" and got.result is None and "JobTimeout" in got.error
+    assert [a.outcome for a in got.attempt_log()] == ["failed"]
+
+
+def test_unknown_task_fails_that_job_and_the_worker_goes_on(app, db_url):
+    from conveyor import Conveyor
+
+    producer = Conveyor(db_url)
+
+    @producer.task(name="not_here")
+    def ghost():
+        pass
+
+    @app.task
+    def present():
+        return 1
+
+    ghost_job = ghost.send()
+    ok = present.send()
+    with Running(app):
+        wait_for(finished(app, ghost_job.id, ok.id))
+    got = app.get_job(ghost_job.id)
+    assert got.state == "failed" and "no handler named 'not_here'" in got.error
+    assert app.get_job(ok.id).state == "succeeded"
+    producer.close()
+
+
+def test_result_that_is_not_json_fails_clearly(app):
+    @app.task
+    def weird():
+        return object()
+
+    job = weird.send()
+    with Running(app):
+        wait_for(finished(app, job.id))
+    got = app.get_job(job.id)
+    assert got.state == "failed" and "cannot be stored as JSON" in got.error
+
+
+def test_handler_sees_its_job(app):
+    @app.task
+    async def who():
+        job = current_job()
+        return [job.id, job.attempts]
+
+    @app.task
+    def who_sync():
+        return current_job().id
+
+    a, b = who.send(), who_sync.send()
+    with Running(app):
+        wait_for(finished(app, a.id, b.id))
+    assert app.get_job(a.id).result == [a.id, 1]
+    assert app.get_job(b.id).result == b.id
+
+
+def test_stop_lets_running_jobs_finish_within_grace(app):
+    started = threading.Event()
+
+    @app.task
+    async def steady():
+        started.set()
+        await asyncio.sleep(0.5)
+        return "finished"
+
+    job = steady.send()
+    with Running(app, grace_s=10) as running:
+        assert started.wait(10)
+        stats = running.stop()
+    assert app.get_job(job.id).state == "succeeded"
+    assert stats.counts["succeeded"] == 1 and stats.counts["released"] == 0
+
+
+def test_stop_past_grace_releases_without_using_an_attempt(app):
+    started = threading.Event()
+
+    @app.task
+    async def endless():
+        started.set()
+        await asyncio.sleep(60)
+
+    job = endless.send()
+    with Running(app, grace_s=0.2) as running:
+        assert started.wait(10)
+        stats = running.stop()
+    got = app.get_job(job.id)
+    assert (got.state, got.attempts, got.lease_owner) == ("available", 0, None)
+    assert stats.counts["released"] == 1
+
+
+def test_worker_that_loses_a_lease_stops_that_job(app):
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    @app.task(max_attempts=3)
+    async def long():
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    job = long.send()
+    with Running(app, lease_s=3, heartbeat_s=0.2, maintenance_s=60, grace_s=0.2) as running:
+        assert started.wait(10)
+        # another worker's rescuer decides this lease expired (time passed in)
+        app.backend.job_rescue_expired(now=datetime.now(UTC) + timedelta(seconds=10))
+        wait_for(cancelled.is_set, what="handler cancelled after its lease was lost")
+        assert running.worker.stats.counts["lost"] == 1
+        stats = running.stop()
+    # the rescued job may have been claimed again (attempt 2) and released at stop
+    got = app.get_job(job.id)
+    assert got.state == "available" and got.attempts == 1
+    assert [a.outcome for a in got.attempt_log()] == ["lost"]
+    assert stats.counts["succeeded"] == 0
+
+
+def test_expired_lease_is_rescued_by_a_running_worker(app):
+    @app.task
+    def simple():
+        return "ok"
+
+    job = simple.send()
+    # a worker that died right after claiming: lease taken, never renewed
+    [claimed] = app.backend.job_fetch_available(queues=["default"], worker_id="dead", limit=1,
+                                                lease_s=0.5)
+    assert claimed.id == job.id
+    with Running(app, maintenance_s=0.2):
+        wait_for(finished(app, job.id))
+    got = app.get_job(job.id)
+    assert (got.state, got.attempts) == ("succeeded", 2)
+    assert [a.outcome for a in got.attempt_log()] == ["lost", "succeeded"]
+
+
+def test_delayed_job_waits_then_runs(app):
+    @app.task
+    def later():
+        return datetime.now(UTC).isoformat()
+
+    job = later.send(delay=0.6)
+    assert job.state == "scheduled"
+    with Running(app):
+        wait_for(finished(app, job.id))
+    ran_at = datetime.fromisoformat(app.get_job(job.id).result)
+    assert ran_at >= job.created_at + timedelta(seconds=0.5)

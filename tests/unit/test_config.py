@@ -1,0 +1,55 @@
+import pytest
+
+from conveyor import ConfigError, Conveyor, DatabaseUnavailable, SerializationError
+from conveyor.backends import open_backend
+
+
+@pytest.mark.parametrize("url", ["mysql://x/y", "", "conveyor.db", "sqlite://host/x.db"])
+def test_malformed_urls_say_what_to_use(url):
+    with pytest.raises(ConfigError, match=r"sqlite:///"):
+        open_backend(url)
+
+
+def test_unreachable_postgres_is_one_clear_error():
+    with pytest.raises(DatabaseUnavailable, match="cannot connect to PostgreSQL") as err:
+        open_backend("postgresql://postgres@127.0.0.1:1/nope")
+    assert "password" not in str(err.value)
+
+
+def test_sqlite_in_missing_folder_is_clear(tmp_path):
+    with pytest.raises(DatabaseUnavailable, match="does not exist"):
+        open_backend(f"sqlite:///{tmp_path}/missing/dir/x.db")
+
+
+def test_task_parameters_may_not_shadow_send_options(tmp_path):
+    app = Conveyor(f"sqlite:///{tmp_path}/c.db")
+    with pytest.raises(ConfigError, match="priority"):
+
+        @app.task
+        def bad(priority):  # would be swallowed by send(priority=...)
+            pass
+
+
+def test_duplicate_task_names_are_refused(tmp_path):
+    app = Conveyor(f"sqlite:///{tmp_path}/c.db")
+    app.task(name="x")(lambda: None)
+    with pytest.raises(ConfigError, match="already registered"):
+        app.task(name="x")(lambda: None)
+
+
+def test_bad_arguments_fail_at_send_and_write_nothing(tmp_path):
+    app = Conveyor(f"sqlite:///{tmp_path}/c.db", max_payload_bytes=1000)
+
+    @app.task
+    def t(x):
+        return x
+
+    with pytest.raises(SerializationError, match="cannot be stored as JSON"):
+        t.send(object())
+    with pytest.raises(SerializationError, match="over the 1,000-byte limit"):
+        t.send("x" * 2000)
+    with pytest.raises(TypeError, match="bad arguments for task 't'"):
+        t.send(1, 2)
+    with pytest.raises(ConfigError, match="priority must be an integer"):
+        t.send(1, priority="high")
+    assert app.counts() == []
