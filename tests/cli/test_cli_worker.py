@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -108,3 +109,34 @@ def test_burst_exits_when_dry(start_worker: StartWorker, producer: Conveyor) -> 
     proc = start_worker("--burst", "--queues", "default", "--log-level", "warning")
     assert proc.wait(timeout=20) == 0
     assert [j.refresh().state for j in jobs] == [JobState.SUCCEEDED] * 2
+
+
+def test_sigterm_exits_despite_a_stuck_thread(tmp_path: Path) -> None:
+    """A non-daemon thread of the user's own would keep a stopped worker alive forever."""
+    (tmp_path / "stuck_app.py").write_text(
+        "import threading, time\n"
+        "from tests.cli.cliapp import app\n"
+        "threading.Thread(target=time.sleep, args=(3600,), name='user-thread').start()\n"
+    )
+    env = subprocess_env()
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    url = f"sqlite:///{tmp_path / 'stuck.db'}"
+    with open(tmp_path / "worker.log", "wb") as log:
+        proc = subprocess.Popen(
+            conveyor_cmd("-d", url, "worker", "--app", "stuck_app:app"),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while b"started:" not in (tmp_path / "worker.log").read_bytes():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "did not finish" in (tmp_path / "worker.log").read_text()

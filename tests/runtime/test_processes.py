@@ -1,0 +1,143 @@
+"""Real worker processes: killed with SIGKILL, racing, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor
+
+from .helpers import finished, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+class Procs:
+    def __init__(self, db_url: str, effects: Path) -> None:
+        self.env = {**os.environ, "CONVEYOR_DATABASE_URL": db_url, "EFFECTS_FILE": str(effects)}
+        self.effects = effects
+        self.started: list[subprocess.Popen] = []
+
+    def worker(self, **options) -> subprocess.Popen:
+        options.setdefault("poll_s", 0.2)
+        log = self.effects.with_name(f"worker-{len(self.started)}.log")
+        with open(log, "w") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.runtime.procapp", json.dumps(options)],
+                cwd=ROOT, env=self.env, stderr=err)
+        proc.log = log  # type: ignore[attr-defined]
+        self.started.append(proc)
+        return proc
+
+    def lines(self, kind: str) -> list[tuple[int, int]]:
+        if not self.effects.exists():
+            return []
+        rows = [ln.split() for ln in self.effects.read_text().splitlines()]
+        return [(int(job), int(pid)) for k, job, pid in rows if k == kind]
+
+    def cleanup(self) -> None:
+        for p in self.started:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@pytest.fixture
+def procs(db_url, tmp_path):
+    p = Procs(db_url, tmp_path / "effects.log")
+    yield p
+    p.cleanup()
+
+
+@pytest.fixture
+def producer(db_url):
+    app = Conveyor(db_url)
+    for name in ("effect", "sleepy", "crash"):
+        app.task(name=name)(lambda *a: None)
+    yield app
+    app.close()
+
+
+def test_killed_worker_job_is_finished_by_another_exactly_once(procs, producer):
+    job = producer.enqueue("sleepy", [1.0])
+    first = procs.worker(lease_s=2, heartbeat_s=0.5)
+    wait_for(lambda: procs.lines("start"), what="job started in the first worker")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    second = procs.worker(lease_s=2, heartbeat_s=0.5, maintenance_s=0.3)
+    wait_for(finished(producer, job.id), timeout=30, what="job finished by the second worker")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(15) == 0
+    got = producer.get_job(job.id)
+    assert (got.state, got.attempts) == ("succeeded", 2)
+    assert [a.outcome for a in got.attempt_log()] == ["lost", "succeeded"]
+    assert [pid for _, pid in procs.lines("start")] == [first.pid, second.pid]
+    assert [pid for _, pid in procs.lines("end")] == [second.pid]  # ran to the end once
+
+
+def test_two_processes_racing_over_1000_jobs_lose_none_and_run_each_once(procs, producer):
+    jobs = producer.tasks["effect"].send_many([(i,) for i in range(1000)])
+    workers = [procs.worker(concurrency=10, lease_s=30) for _ in range(2)]
+    wait_for(lambda: not any(c.state in ("available", "running", "scheduled") and c.count
+                             for c in producer.counts()), timeout=120, what="all jobs done")
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    assert [w.wait(15) for w in workers] == [0, 0]
+    ran = procs.lines("ran")
+    per_job = Counter(job for job, _ in ran)
+    assert set(per_job) == {j.id for j in jobs}
+    assert set(per_job.values()) == {1}, "a job ran twice"
+    assert {pid for _, pid in ran} == {w.pid for w in workers}, "both workers took part"
+    counts = {c.state: c.count for c in producer.counts()}
+    assert counts == {"succeeded": 1000}
+
+
+def test_sigterm_lets_the_running_job_finish(procs, producer):
+    job = producer.enqueue("sleepy", [1.0])
+    worker = procs.worker(grace_s=20)
+    wait_for(lambda: procs.lines("start"), what="job started")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    assert producer.get_job(job.id).state == "succeeded"
+    assert "stopping" in worker.log.read_text()
+
+
+def test_sigterm_past_grace_releases_the_job_without_using_an_attempt(procs, producer):
+    job = producer.enqueue("sleepy", [60])
+    worker = procs.worker(grace_s=0.5)
+    wait_for(lambda: procs.lines("start"), what="job started")
+    t0 = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert time.monotonic() - t0 < 10
+    got = producer.get_job(job.id)
+    assert (got.state, got.attempts, got.lease_owner) == ("available", 0, None)
+
+
+def test_job_that_kills_its_worker_every_time_ends_failed(procs, producer):
+    job = producer.enqueue("crash", max_attempts=2)
+    for _ in range(6):
+        if producer.get_job(job.id).state.finished:
+            break
+        w = procs.worker(lease_s=1, heartbeat_s=0.3, maintenance_s=0.2)
+        try:
+            w.wait(8)  # dies when it runs the job, or lives on once the job has failed
+        except subprocess.TimeoutExpired:
+            pass
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+            w.wait(15)
+    got = producer.get_job(job.id)
+    assert got.state == "failed"
+    assert "lease lost on attempt 2 of 2" in got.error and "no attempts left" in got.error
+    assert [a.outcome for a in got.attempt_log()] == ["lost", "lost"]
+    assert len(procs.lines("crash")) == 2

@@ -1,0 +1,104 @@
+"""The public producer API, on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import psycopg
+import pytest
+
+from conveyor import ConfigError, Conveyor, JobNotFound, JobState
+
+
+def _connect(app: Conveyor):
+    backend = app.backend
+    if backend.name == "postgres":
+        return psycopg.connect(backend.url)
+    return sqlite3.connect(backend.path)
+
+
+@pytest.fixture
+def send_email(app):
+    @app.task(queue="emails", max_attempts=5, timeout=30)
+    async def send_email(to: str, body: str = "") -> dict:
+        return {"to": to}
+
+    return send_email
+
+
+def test_send_returns_a_handle_that_reads_fresh(app, send_email):
+    job = send_email.send("a@b.c", body="hi")
+    assert job.state == "available" and job.state is JobState.AVAILABLE
+    got = app.get_job(job.id)
+    assert (got.task, got.queue, got.args, got.kwargs) == ("send_email", "emails", ["a@b.c"], {"body": "hi"})
+    assert (got.max_attempts, got.timeout, got.attempts, got.result, got.error) == (5, 30, 0, None, None)
+    assert job.refresh() == got
+    with pytest.raises(JobNotFound):
+        app.get_job(job.id + 999)
+
+
+def test_asend_and_send_many(app, send_email):
+    job = asyncio.run(send_email.asend("x@y.z", body="async"))
+    many = send_email.send_many([("a@b.c", "x"), ("d@e.f", "y"), {"to": "k@w.z"}])
+    assert [app.get_job(j.id).args for j in many] == [["a@b.c", "x"], ["d@e.f", "y"], []]
+    assert app.get_job(many[2].id).kwargs == {"to": "k@w.z"}
+    assert app.get_job(job.id).kwargs == {"body": "async"}
+    with pytest.raises(TypeError, match="tuple of positional arguments"):
+        send_email.send_many(["not-a-tuple"])
+
+
+def test_send_options(app, send_email):
+    a = send_email.send("a", delay=60, priority=5, unique_key="welcome:42")
+    b = send_email.send("a", unique_key="welcome:42")
+    assert a.id == b.id and app.get_job(a.id).state == "scheduled"
+    c = send_email.send("a", idempotency_key="req-123")
+    d = send_email.send("b", idempotency_key="req-123")
+    assert c.id == d.id and d.args == ["a"]  # the original job, read back
+    assert app.get_job(a.id).priority == 5
+
+
+def test_send_inside_the_callers_transaction(app, send_email):
+    conn = _connect(app)
+    try:
+        send_email.send("rolled@back", conn=conn)
+        conn.rollback()
+        kept = send_email.send("kept@it", conn=conn)
+        conn.commit()
+    finally:
+        conn.close()
+    # (SQLite hands the rolled-back id out again, so compare contents, not ids)
+    assert [j.args for j in app.list_jobs()] == [["kept@it"]]
+    assert app.get_job(kept.id).args == ["kept@it"]
+
+
+def test_conn_of_the_wrong_kind_is_refused(app, send_email, tmp_path):
+    other = sqlite3.connect(tmp_path / "other.db")
+    try:
+        with pytest.raises(ConfigError, match="conn="):
+            send_email.send("x", conn=other)
+    finally:
+        other.close()
+    assert app.counts() == []
+
+
+def test_enqueue_by_name_checks_the_registry(app, send_email):
+    job = app.enqueue("send_email", ["a@b.c"], {"body": "x"})
+    assert app.get_job(job.id).kwargs == {"body": "x"}
+    with pytest.raises(ConfigError, match="unknown task 'nope'.*send_email"):
+        app.enqueue("nope")
+
+
+def test_retry_and_cancel_through_the_app(app, send_email):
+    job = send_email.send("a", delay=60)
+    assert app.cancel_job(job.id) is True
+    assert app.get_job(job.id).state == "cancelled"
+    assert app.retry_job(job.id) is True
+    assert app.get_job(job.id).state == "available"
+
+
+def test_newer_schema_is_refused_without_auto_migrate(db_url):
+    app = Conveyor(db_url, auto_migrate=False)
+    with pytest.raises(Exception, match="conveyor migrate"):
+        _ = app.backend
+    app.close()
