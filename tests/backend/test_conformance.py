@@ -314,3 +314,33 @@ def test_list_filters_and_counts(backend):
     assert len(backend.job_list(before_id=newest.id)) == 2
     counts = {(c.queue, c.state): c.count for c in backend.queue_counts()}
     assert counts == {("x", "available"): 2, ("y", "available"): 1}
+
+
+# -- wake-ups -------------------------------------------------------------------------------
+def test_notifier_hears_jobs_inserted_by_another_connection(backend, db_url):
+    from conveyor.backends import open_backend
+
+    notifier = backend.notifier()
+    other = open_backend(db_url)  # its own connections, as another process would have
+    try:
+        assert notifier.wait(0.2) == set()  # nothing happened: no hint
+        threading.Timer(0.3, lambda: other.job_insert_many(jobs=[ins(queue="mail")])).start()
+        hint = notifier.wait(10)
+        assert hint & {"mail", "*"}, "no wake-up arrived for the insert"
+    finally:
+        notifier.close()
+        other.close()
+
+
+def test_no_wake_up_for_a_rolled_back_insert(backend):
+    if backend.name != "postgres":
+        pytest.skip("SQLite hints are 'the file changed'; a rollback changes nothing to hint at")
+    notifier = backend.notifier()
+    conn = _raw_connection(backend)
+    try:
+        backend.job_insert_many(jobs=[ins(queue="mail")], conn=conn)
+        conn.rollback()
+        assert notifier.wait(0.5) == set()
+    finally:
+        conn.close()
+        notifier.close()

@@ -294,3 +294,4 @@ def test_delayed_job_waits_then_runs(app):
         wait_for(finished(app, job.id))
     ran_at = datetime.fromisoformat(app.get_job(job.id).result)
     assert ran_at >= job.created_at + timedelta(seconds=0.5)
+

@@ -33,7 +33,7 @@ STALL_S = 60.0
 WORKER_GRACE_S = 5.0
 
 
-@click.command("demo")
+@click.command("demo", short_help="Run a self-contained demo on a throwaway SQLite file.")
 @click.option(
     "--jobs",
     "n_jobs",

@@ -54,7 +54,7 @@ def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     ctx.obj = make_state(ctx, database_url, app_spec)
 
 
-@cli.command("migrate")
+@cli.command("migrate", short_help="Create or upgrade the database schema.")
 @app_option
 @pass_state
 def migrate(state: State) -> None:
@@ -130,7 +130,7 @@ def enqueue(state: State, task: str, args_json: str, kwargs_json: str, **options
             f"--kwargs cannot contain {clash}: those names are job options; "
             "use the matching command-line options instead"
         )
-    app = state.app(need_tasks=True, auto_migrate=True)
+    app = state.app(need_tasks=True)
     try:
         job = app.enqueue(task, args, kwargs, **{k: v for k, v in options.items() if v is not None})
     except TypeError as exc:  # arguments that do not fit the handler's signature

@@ -15,7 +15,7 @@ from .core import State, app_option, pass_state
 from .render import STATE_STYLES, STATES, cell, console, echo_json, seconds, when
 
 
-@click.command("status")
+@click.command("status", short_help="Jobs per queue and state, and the live workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @app_option
 @pass_state
@@ -62,25 +62,41 @@ def _count(n: int) -> Text:
     return Text(str(n), style="" if n else "dim")
 
 
+#: Workers heartbeat every lease/3 seconds (10 s by default). One silent for longer
+#: than this has most likely died without deregistering (kill -9, lost host).
+STALE_S = 60.0
+
+
 def workers_table(workers: list[WorkerInfo]) -> Table:
     table = Table(title="workers", title_justify="left", show_edge=False, header_style="bold")
     for name in ("id", "queues", "concurrency", "started", "last seen"):
         table.add_column(name, justify="right" if name == "concurrency" else "left")
+    stale = 0
     for w in workers:
+        age = _age(w)
+        stale += age is not None and age > STALE_S
         table.add_row(
             cell(w.id),
             cell(",".join(w.queues)),
             cell(w.concurrency),
             cell(when(w.started_at)),
-            cell(_ago(w.last_seen_at)),
+            cell(
+                "" if age is None else f"{seconds(age)} ago", "red" if (age or 0) > STALE_S else ""
+            ),
         )
+    if stale:
+        table.caption = (
+            f"{stale} worker(s) silent for over {STALE_S:.0f}s: probably gone without "
+            "deregistering (their running jobs come back when their leases expire)"
+        )
+        table.caption_justify = "left"
     return table
 
 
-def _ago(ts: datetime | None) -> str:
-    if ts is None:
-        return ""
-    return f"{seconds(max(0.0, (datetime.now(UTC) - ts).total_seconds()))} ago"
+def _age(w: WorkerInfo) -> float | None:
+    if w.last_seen_at is None:
+        return None
+    return max(0.0, (datetime.now(UTC) - w.last_seen_at).total_seconds())
 
 
 def worker_dict(w: WorkerInfo) -> dict[str, Any]:
@@ -92,4 +108,5 @@ def worker_dict(w: WorkerInfo) -> dict[str, Any]:
         "concurrency": w.concurrency,
         "started_at": w.started_at,
         "last_seen_at": w.last_seen_at,
+        "last_seen_s_ago": _age(w),
     }

@@ -19,7 +19,7 @@ LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
-@click.command("worker")
+@click.command("worker", short_help="Run a worker process that claims and runs jobs.")
 @app_option
 @click.option(
     "--queues",
