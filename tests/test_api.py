@@ -31,8 +31,19 @@ def test_send_returns_a_handle_that_reads_fresh(app, send_email):
     job = send_email.send("a@b.c", body="hi")
     assert job.state == "available" and job.state is JobState.AVAILABLE
     got = app.get_job(job.id)
-    assert (got.task, got.queue, got.args, got.kwargs) == ("send_email", "emails", ["a@b.c"], {"body": "hi"})
-    assert (got.max_attempts, got.timeout, got.attempts, got.result, got.error) == (5, 30, 0, None, None)
+    assert (got.task, got.queue, got.args, got.kwargs) == (
+        "send_email",
+        "emails",
+        ["a@b.c"],
+        {"body": "hi"},
+    )
+    assert (got.max_attempts, got.timeout, got.attempts, got.result, got.error) == (
+        5,
+        30,
+        0,
+        None,
+        None,
+    )
     assert job.refresh() == got
     with pytest.raises(JobNotFound):
         app.get_job(job.id + 999)
@@ -85,7 +96,7 @@ def test_conn_of_the_wrong_kind_is_refused(app, send_email, tmp_path):
 def test_enqueue_by_name_checks_the_registry(app, send_email):
     job = app.enqueue("send_email", ["a@b.c"], {"body": "x"})
     assert app.get_job(job.id).kwargs == {"body": "x"}
-    with pytest.raises(ConfigError, match="unknown task 'nope'.*send_email"):
+    with pytest.raises(ConfigError, match=r"unknown task 'nope'.*send_email"):
         app.enqueue("nope")
 
 
@@ -102,3 +113,31 @@ def test_newer_schema_is_refused_without_auto_migrate(db_url):
     with pytest.raises(Exception, match="conveyor migrate"):
         _ = app.backend
     app.close()
+
+
+def test_newer_schema_is_refused_even_without_auto_migrate(db_url, monkeypatch):
+    from conveyor import SchemaError
+    from conveyor.backends.sqlfiles import Migration
+
+    Conveyor(db_url).migrate()
+    app = Conveyor(db_url, auto_migrate=False)
+    module = __import__(type(app.backend).__module__, fromlist=["MIGRATIONS"])
+    app.close()
+    # pretend this code knows no migration at all: the database is then "newer"
+    monkeypatch.setattr(module, "MIGRATIONS", [Migration(0, "none", "")])
+    with pytest.raises(SchemaError, match="upgrade the conveyor package"):
+        _ = Conveyor(db_url, auto_migrate=False).backend
+    with pytest.raises(SchemaError, match="upgrade the conveyor package"):
+        Conveyor(db_url).migrate()
+
+
+def test_enqueue_keeps_handler_kwargs_apart_from_options(app):
+    @app.task
+    def flexible(**kwargs):
+        return kwargs
+
+    job = app.enqueue("flexible", [], {"delay": "not an option"}, priority=3)
+    got = app.get_job(job.id)
+    assert (
+        got.kwargs == {"delay": "not an option"} and got.priority == 3 and got.state == "available"
+    )

@@ -2,6 +2,7 @@
 
 from .app import Conveyor
 from .errors import (
+    BadArguments,
     ConfigError,
     ConveyorError,
     DatabaseUnavailable,
@@ -19,6 +20,7 @@ from .runtime.context import current_job
 __all__ = [
     "Attempt",
     "Backoff",
+    "BadArguments",
     "ConfigError",
     "Conveyor",
     "ConveyorError",

@@ -63,13 +63,29 @@ class Conveyor:
     def _prepare(self, backend: Backend) -> None:
         if self.auto_migrate:
             backend.migrate()  # also refuses a schema newer than this code
-        elif backend.schema_version() == 0:
+            return
+        version = backend.schema_version()
+        if version == 0:
             raise SchemaError(f"no Conveyor schema in {self.url}: run `conveyor migrate` first")
+        if version > backend.latest_schema:
+            raise SchemaError(
+                f"{self.url} has schema version {version}, but this Conveyor only knows up to "
+                f"version {backend.latest_schema}: upgrade the conveyor package"
+            )
 
     def migrate(self) -> list[int]:
-        backend = self._backend or open_backend(self.url)
-        self._backend = backend
-        return backend.migrate()
+        """Apply pending migrations (refusing a newer schema); return the versions applied."""
+        with self._lock:
+            if self._backend is not None:
+                return self._backend.migrate()
+            backend = open_backend(self.url)
+            try:
+                applied = backend.migrate()
+            except BaseException:
+                backend.close()
+                raise
+            self._backend = backend
+            return applied
 
     def close(self) -> None:
         if self._backend is not None:
@@ -157,18 +173,25 @@ class Conveyor:
                 jobs.append(_local_job(res.id, ins, now).bind(self))
             else:
                 existing = self.backend.job_get(job_id=res.id)
-                jobs.append(existing.bind(self) if existing else _local_job(res.id, ins, now).bind(self))
+                jobs.append(
+                    existing.bind(self) if existing else _local_job(res.id, ins, now).bind(self)
+                )
         return jobs
 
     def enqueue(
-        self, task: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
     ) -> Job:
         """Enqueue by task name (the CLI and HTTP API use this)."""
         t = self.tasks.get(task)
         if t is None:
             known = ", ".join(sorted(self.tasks)) or "none"
             raise ConfigError(f"unknown task {task!r}; tasks registered on this app: {known}")
-        return t.send(*args, **(kwargs or {}), **options)
+        conn = options.pop("conn", None)
+        return self.insert_jobs([t.build(args, kwargs or {}, **options)], conn=conn)[0]
 
     # -- inspecting and operating -------------------------------------------------------
     def get_job(self, job_id: int) -> Job:
@@ -187,9 +210,14 @@ class Conveyor:
         before_id: int | None = None,
     ) -> list[Job]:
         if state is not None:
-            state = JobState(state).value
-        jobs = self.backend.job_list(queue=queue, state=state, task=task, limit=limit,
-                                     before_id=before_id)
+            try:
+                state = JobState(state).value
+            except ValueError:
+                names = ", ".join(s.value for s in JobState)
+                raise ConfigError(f"unknown job state {state!r}; states are: {names}") from None
+        jobs = self.backend.job_list(
+            queue=queue, state=state, task=task, limit=limit, before_id=before_id
+        )
         return [j.bind(self) for j in jobs]
 
     def retry_job(self, job_id: int) -> bool:

@@ -19,6 +19,10 @@ class SchemaError(ConveyorError):
     """The database schema is missing, or newer than this version of Conveyor."""
 
 
+class BadArguments(ConfigError, TypeError):
+    """Arguments do not fit the task's handler signature."""
+
+
 class SerializationError(ConveyorError, TypeError):
     """Task arguments or a result could not be encoded as JSON."""
 
@@ -31,7 +35,7 @@ class JobNotFound(ConveyorError, LookupError):
     """No job has the given id."""
 
 
-class Permanent(Exception):  # noqa: N818 - the public name the API promises
+class Permanent(Exception):
     """Raise from a handler to fail the job at once, without retrying.
 
     ``raise Permanent("bad input")`` or ``raise Permanent("bad input") from exc``.

@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .app import Conveyor
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     """scheduled -> available -> running -> succeeded | failed | cancelled.
 
     A retry goes from running back to scheduled, with a backoff time.
@@ -25,9 +25,6 @@ class JobState(str, Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def finished(self) -> bool:
@@ -95,7 +92,9 @@ class Job:
 
     def _require_app(self) -> Conveyor:
         if self._app is None:
-            raise RuntimeError("this Job record is not bound to a Conveyor app; use app.get_job(id)")
+            raise RuntimeError(
+                "this Job record is not bound to a Conveyor app; use app.get_job(id)"
+            )
         return self._app
 
     def refresh(self) -> Job:

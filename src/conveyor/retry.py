@@ -23,7 +23,9 @@ class Backoff:
 
     def __post_init__(self) -> None:
         if self.base < 0 or self.cap < 0:
-            raise ConfigError(f"backoff base and cap must be >= 0, got base={self.base} cap={self.cap}")
+            raise ConfigError(
+                f"backoff base and cap must be >= 0, got base={self.base} cap={self.cap}"
+            )
         if self.factor < 1:
             raise ConfigError(f"backoff factor must be >= 1, got {self.factor}")
         if not 0 <= self.jitter <= 1:
@@ -48,4 +50,6 @@ class Backoff:
             return value
         if isinstance(value, dict):
             return cls(**value)
-        raise ConfigError(f"backoff must be a conveyor.Backoff or a dict, got {type(value).__name__}")
+        raise ConfigError(
+            f"backoff must be a conveyor.Backoff or a dict, got {type(value).__name__}"
+        )

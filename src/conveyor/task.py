@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .backends.base import JobInsert
-from .errors import ConfigError, SerializationError
+from .errors import BadArguments, ConfigError, SerializationError
 from .job import Job
 from .retry import Backoff
 
@@ -19,8 +19,17 @@ if TYPE_CHECKING:
 
 #: Keyword arguments of ``send()`` that configure the job rather than reach the handler.
 SEND_OPTIONS = frozenset(
-    {"delay", "priority", "unique_key", "idempotency_key", "conn", "queue", "max_attempts",
-     "timeout", "backoff"}
+    {
+        "delay",
+        "priority",
+        "unique_key",
+        "idempotency_key",
+        "conn",
+        "queue",
+        "max_attempts",
+        "timeout",
+        "backoff",
+    }
 )
 
 
@@ -34,9 +43,15 @@ class TaskDefaults:
     retry_on: tuple[type[BaseException], ...] = (Exception,)
 
     def __post_init__(self) -> None:
-        _check_options(priority=self.priority, max_attempts=self.max_attempts, timeout=self.timeout,
-                       queue=self.queue)
-        bad = [r for r in self.retry_on if not (isinstance(r, type) and issubclass(r, BaseException))]
+        _check_options(
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            timeout=self.timeout,
+            queue=self.queue,
+        )
+        bad = [
+            r for r in self.retry_on if not (isinstance(r, type) and issubclass(r, BaseException))
+        ]
         if bad:
             raise ConfigError(f"retry_on must hold exception classes, got {bad!r}")
 
@@ -44,9 +59,15 @@ class TaskDefaults:
 def _check_options(**opts: Any) -> None:
     if "queue" in opts and (not isinstance(opts["queue"], str) or not opts["queue"].strip()):
         raise ConfigError(f"queue must be a non-empty string, got {opts['queue']!r}")
-    if "priority" in opts and (not isinstance(opts["priority"], int) or isinstance(opts["priority"], bool)):
-        raise ConfigError(f"priority must be an integer (higher runs first), got {opts['priority']!r}")
-    if "max_attempts" in opts and (not isinstance(opts["max_attempts"], int) or opts["max_attempts"] < 1):
+    if "priority" in opts and (
+        not isinstance(opts["priority"], int) or isinstance(opts["priority"], bool)
+    ):
+        raise ConfigError(
+            f"priority must be an integer (higher runs first), got {opts['priority']!r}"
+        )
+    if "max_attempts" in opts and (
+        not isinstance(opts["max_attempts"], int) or opts["max_attempts"] < 1
+    ):
         raise ConfigError(f"max_attempts must be an integer >= 1, got {opts['max_attempts']!r}")
     timeout = opts.get("timeout")
     if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
@@ -62,8 +83,9 @@ def _check_options(**opts: Any) -> None:
 
 def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
     try:
-        text = json.dumps({"args": list(args), "kwargs": dict(kwargs)}, separators=(",", ":"),
-                          allow_nan=False)
+        text = json.dumps(
+            {"args": list(args), "kwargs": dict(kwargs)}, separators=(",", ":"), allow_nan=False
+        )
     except (TypeError, ValueError) as exc:
         raise SerializationError(
             f"arguments of task {task!r} cannot be stored as JSON ({exc}); pass str, int, float, "
@@ -113,7 +135,7 @@ class Task:
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"bad arguments for task {self.name!r}: {exc}") from None
+            raise BadArguments(f"bad arguments for task {self.name!r}: {exc}") from None
         d = self.defaults
         backoff = Backoff.coerce(options.get("backoff"))
         return JobInsert(
@@ -147,7 +169,9 @@ class Task:
         """``send`` for async code: the database call runs in a thread."""
         return await asyncio.to_thread(self.send, *args, **kwargs)
 
-    def send_many(self, items: Iterable[Sequence[Any] | Mapping[str, Any]], **options: Any) -> list[Job]:
+    def send_many(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]], **options: Any
+    ) -> list[Job]:
         """Enqueue many jobs in one transaction and one statement. Each item is a tuple of
         positional arguments (or a dict of keyword arguments); ``options`` apply to all."""
         conn = options.pop("conn", None)

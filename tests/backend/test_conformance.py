@@ -21,18 +21,27 @@ from conveyor.errors import SchemaError
 
 def ins(task: str = "t", queue: str = "q", **kw) -> JobInsert:
     args = kw.pop("args", [])
-    return JobInsert(queue=queue, task=task, args_json=json.dumps({"args": args, "kwargs": {}}), **kw)
+    return JobInsert(
+        queue=queue, task=task, args_json=json.dumps({"args": args, "kwargs": {}}), **kw
+    )
 
 
 def fetch(backend, n: int = 10, queues=("q",), worker: str = "w1", lease_s: float = 30, now=None):
-    return backend.job_fetch_available(queues=list(queues), worker_id=worker, limit=n,
-                                       lease_s=lease_s, now=now)
+    return backend.job_fetch_available(
+        queues=list(queues), worker_id=worker, limit=n, lease_s=lease_s, now=now
+    )
 
 
 def done(job, state: str = "succeeded", token: str | None = None, **kw) -> Finalize:
-    return Finalize(job_id=job.id, token=token if token is not None else job.lease_token,
-                    state=state, worker_id="w1", started_at=job.started_at,
-                    outcome=kw.pop("outcome", state), **kw)
+    return Finalize(
+        job_id=job.id,
+        token=token if token is not None else job.lease_token,
+        state=state,
+        worker_id="w1",
+        started_at=job.started_at,
+        outcome=kw.pop("outcome", state),
+        **kw,
+    )
 
 
 def later(seconds: float) -> datetime:
@@ -54,8 +63,13 @@ def test_schema_newer_than_code_is_refused(backend, monkeypatch):
 
 # -- inserting --------------------------------------------------------------------------
 def test_insert_then_get_round_trips(backend):
-    [res] = backend.job_insert_many(jobs=[ins(args=[1, "x"], priority=3, max_attempts=7,
-                                             timeout_s=2.5, backoff_json='{"base": 1}')])
+    [res] = backend.job_insert_many(
+        jobs=[
+            ins(
+                args=[1, "x"], priority=3, max_attempts=7, timeout_s=2.5, backoff_json='{"base": 1}'
+            )
+        ]
+    )
     assert res.created
     job = backend.job_get(job_id=res.id)
     assert (job.task, job.queue, job.args, job.state) == ("t", "q", [1, "x"], "available")
@@ -145,7 +159,8 @@ def test_fetch_leases_and_counts_an_attempt(backend):
 
 def test_fetch_orders_by_priority_then_age(backend):
     low, high, high2, mid = backend.job_insert_many(
-        jobs=[ins(priority=0), ins(priority=10), ins(priority=10), ins(priority=5)])
+        jobs=[ins(priority=0), ins(priority=10), ins(priority=10), ins(priority=5)]
+    )
     order = [j.id for j in fetch(backend, n=10)]
     assert order == [high.id, high2.id, mid.id, low.id]
 
@@ -200,8 +215,11 @@ def test_finalize_with_a_stale_token_changes_nothing(backend):
 def test_finalize_retry_schedules_with_delay(backend):
     backend.job_insert_many(jobs=[ins()])
     [job] = fetch(backend)
-    backend.job_finalize_many(outcomes=[done(job, state="scheduled", outcome="retry",
-                                             error="ValueError: x", retry_in_s=30)])
+    backend.job_finalize_many(
+        outcomes=[
+            done(job, state="scheduled", outcome="retry", error="ValueError: x", retry_in_s=30)
+        ]
+    )
     got = backend.job_get(job_id=job.id)
     assert (got.state, got.error, got.attempts) == ("scheduled", "ValueError: x", 1)
     assert got.scheduled_at > datetime.now(UTC) + timedelta(seconds=20)
@@ -213,8 +231,13 @@ def test_finalize_retry_schedules_with_delay(backend):
 def test_finalize_batch_applies_each_outcome(backend):
     backend.job_insert_many(jobs=[ins() for _ in range(3)])
     a, b, c = fetch(backend)
-    accepted = backend.job_finalize_many(outcomes=[
-        done(a), done(b, state="failed", error="boom", traceback="tb"), done(c, token="stale")])
+    accepted = backend.job_finalize_many(
+        outcomes=[
+            done(a),
+            done(b, state="failed", error="boom", traceback="tb"),
+            done(c, token="stale"),
+        ]
+    )
     assert sorted(accepted) == sorted([a.id, b.id])
     assert backend.job_get(job_id=b.id).error == "boom"
     assert backend.job_attempts(job_id=b.id)[0].traceback == "tb"
@@ -239,13 +262,23 @@ def _worker(wid: str = "w1") -> WorkerInfo:
 def test_heartbeat_extends_held_leases_only(backend):
     backend.job_insert_many(jobs=[ins(), ins()])
     a, b = fetch(backend, lease_s=5)
-    held = backend.worker_heartbeat(worker=_worker(), lease_s=120,
-                                    leases=[Lease(a.id, a.lease_token), Lease(b.id, "stale")])
+    held = backend.worker_heartbeat(
+        worker=_worker(), lease_s=120, leases=[Lease(a.id, a.lease_token), Lease(b.id, "stale")]
+    )
     assert held == [a.id]
-    assert backend.job_get(job_id=a.id).lease_expires_at > datetime.now(UTC) + timedelta(seconds=100)
+    assert backend.job_get(job_id=a.id).lease_expires_at > datetime.now(UTC) + timedelta(
+        seconds=100
+    )
     assert backend.job_get(job_id=b.id).lease_expires_at < datetime.now(UTC) + timedelta(seconds=10)
     assert [w.id for w in backend.worker_list()] == ["w1"]
     backend.worker_deregister(worker_id="w1")
+    assert backend.worker_list() == []
+
+
+def test_workers_silent_too_long_are_forgotten(backend):
+    backend.worker_heartbeat(worker=_worker("old"), leases=[], lease_s=30)
+    assert backend.worker_prune_stale(older_than_s=300) == 0
+    assert backend.worker_prune_stale(older_than_s=300, now=later(301)) == 1
     assert backend.worker_list() == []
 
 
@@ -262,8 +295,12 @@ def test_rescue_requeues_expired_leases_counting_the_attempt(backend):
     assert (lost.outcome, lost.worker_id) == ("lost", "w1")
     # the old holder is fenced out: its completion and heartbeat are refused
     assert backend.job_finalize_many(outcomes=[done(job)]) == []
-    assert backend.worker_heartbeat(worker=_worker(), lease_s=30,
-                                    leases=[Lease(job.id, job.lease_token)]) == []
+    assert (
+        backend.worker_heartbeat(
+            worker=_worker(), lease_s=30, leases=[Lease(job.id, job.lease_token)]
+        )
+        == []
+    )
 
 
 def test_rescue_fails_a_job_that_lost_its_lease_on_the_last_attempt(backend):
@@ -306,8 +343,9 @@ def test_retry_gives_a_failed_job_another_attempt(backend):
 
 
 def test_list_filters_and_counts(backend):
-    backend.job_insert_many(jobs=[ins(task="a", queue="x"), ins(task="b", queue="x"),
-                                  ins(task="a", queue="y")])
+    backend.job_insert_many(
+        jobs=[ins(task="a", queue="x"), ins(task="b", queue="x"), ins(task="a", queue="y")]
+    )
     assert [j.task for j in backend.job_list(task="a")] == ["a", "a"]
     assert len(backend.job_list(queue="x")) == 2
     newest = backend.job_list(limit=1)[0]

@@ -273,8 +273,9 @@ def test_expired_lease_is_rescued_by_a_running_worker(app):
 
     job = simple.send()
     # a worker that died right after claiming: lease taken, never renewed
-    [claimed] = app.backend.job_fetch_available(queues=["default"], worker_id="dead", limit=1,
-                                                lease_s=0.5)
+    [claimed] = app.backend.job_fetch_available(
+        queues=["default"], worker_id="dead", limit=1, lease_s=0.5
+    )
     assert claimed.id == job.id
     with Running(app, maintenance_s=0.2):
         wait_for(finished(app, job.id))
@@ -294,4 +295,3 @@ def test_delayed_job_waits_then_runs(app):
         wait_for(finished(app, job.id))
     ran_at = datetime.fromisoformat(app.get_job(job.id).result)
     assert ran_at >= job.created_at + timedelta(seconds=0.5)
-

@@ -31,7 +31,9 @@ def open_backend(url: str) -> Backend:
         options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         unknown = set(options) - {"synchronous"}
         if unknown:
-            raise ConfigError(f"unknown SQLite URL option(s) {sorted(unknown)}: only 'synchronous' is known")
+            raise ConfigError(
+                f"unknown SQLite URL option(s) {sorted(unknown)}: only 'synchronous' is known"
+            )
         from .sqlite.backend import SQLiteBackend
 
         return SQLiteBackend(path, synchronous=options.get("synchronous", "full"))

@@ -123,6 +123,11 @@ class Backend(abc.ABC):
     def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied. Refuses a newer schema."""
 
+    @property
+    @abc.abstractmethod
+    def latest_schema(self) -> int:
+        """The newest schema version this code knows."""
+
     @abc.abstractmethod
     def schema_version(self) -> int:
         """Version of the schema in the database (0 if none)."""
@@ -160,7 +165,9 @@ class Backend(abc.ABC):
         is no longer held changes nothing (fencing)."""
 
     @abc.abstractmethod
-    def job_release_many(self, *, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+    def job_release_many(
+        self, *, leases: Sequence[Lease], now: datetime | None = None
+    ) -> list[int]:
         """Give running jobs back (graceful shutdown) without consuming an attempt."""
 
     @abc.abstractmethod
@@ -179,7 +186,12 @@ class Backend(abc.ABC):
     def worker_deregister(self, *, worker_id: str) -> None: ...
 
     @abc.abstractmethod
-    def worker_list(self, *, now: datetime | None = None) -> list[WorkerInfo]: ...
+    def worker_list(self) -> list[WorkerInfo]: ...
+
+    @abc.abstractmethod
+    def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
+        """Forget workers not seen for ``older_than_s`` (killed without deregistering).
+        Their jobs are the rescuer's business; this only tidies the registry."""
 
     # -- jobs: maintenance ----------------------------------------------------------
     @abc.abstractmethod

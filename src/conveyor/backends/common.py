@@ -14,7 +14,9 @@ from .sqlfiles import Migration
 KeyPair = tuple[str | None, str | None]
 
 
-def match_inserted(jobs: Sequence[JobInsert], created: Sequence[tuple[int, KeyPair]]) -> list[int | None]:
+def match_inserted(
+    jobs: Sequence[JobInsert], created: Sequence[tuple[int, KeyPair]]
+) -> list[int | None]:
     """Map rows an INSERT .. ON CONFLICT DO NOTHING returned back to its inputs.
 
     ``created`` is (id, (unique_key, idempotency_key)) per inserted row. Ids grow in

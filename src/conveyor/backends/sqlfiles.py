@@ -43,7 +43,9 @@ def load_migrations(package: str) -> list[Migration]:
     found.sort(key=lambda mig: mig.version)
     versions = [mig.version for mig in found]
     if versions != list(range(1, len(found) + 1)):
-        raise ValueError(f"{package}: migrations must be numbered 1..n without gaps, got {versions}")
+        raise ValueError(
+            f"{package}: migrations must be numbered 1..n without gaps, got {versions}"
+        )
     return found
 
 

@@ -18,8 +18,9 @@ Flush = Callable[[list[Finalize]], Awaitable[list[int]]]
 
 
 class Completer:
-    def __init__(self, flush: Flush, on_written: Callable[[Finalize, bool], None],
-                 max_batch: int = 500) -> None:
+    def __init__(
+        self, flush: Flush, on_written: Callable[[Finalize, bool], None], max_batch: int = 500
+    ) -> None:
         self._flush = flush
         self._on_written = on_written
         self._max_batch = max_batch
@@ -69,8 +70,12 @@ class Completer:
                 try:
                     accepted = set(await self._flush(batch))
                 except Exception as exc:  # database away: keep the outcomes, try again
-                    log.error("could not record %d job outcome(s), retrying in %.1fs: %s",
-                              len(batch), delay, exc)
+                    log.error(
+                        "could not record %d job outcome(s), retrying in %.1fs: %s",
+                        len(batch),
+                        delay,
+                        exc,
+                    )
                     self._pending[:0] = batch
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 10.0)

@@ -38,8 +38,13 @@ def describe(exc: BaseException) -> str:
 
 
 def _finalize(job: Job, worker_id: str, **fields: Any) -> Finalize:
-    return Finalize(job_id=job.id, token=job.lease_token or "", worker_id=worker_id,
-                    started_at=job.started_at, **fields)
+    return Finalize(
+        job_id=job.id,
+        token=job.lease_token or "",
+        worker_id=worker_id,
+        started_at=job.started_at,
+        **fields,
+    )
 
 
 def fail(job: Job, worker_id: str, error: str, tb: str | None = None) -> Finalize:
@@ -64,7 +69,9 @@ async def run_handler(
                     result = await task.fn(*job.args, **job.kwargs)
             except TimeoutError:
                 if deadline.expired():  # ours, not a TimeoutError the handler raised itself
-                    return Outcome(exc=JobTimeout(f"{task.name} exceeded its {job.timeout:g}s timeout"))
+                    return Outcome(
+                        exc=JobTimeout(f"{task.name} exceeded its {job.timeout:g}s timeout")
+                    )
                 raise
             return Outcome(result=result)
         ctx = contextvars.copy_context()
@@ -96,8 +103,12 @@ def classify(task: Task | None, job: Job, outcome: Outcome, worker_id: str) -> F
         try:
             result_json = json.dumps(outcome.result, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            return fail(job, worker_id, f"handler returned a value that cannot be stored as JSON: {exc}")
-        return _finalize(job, worker_id, state="succeeded", outcome="succeeded", result_json=result_json)
+            return fail(
+                job, worker_id, f"handler returned a value that cannot be stored as JSON: {exc}"
+            )
+        return _finalize(
+            job, worker_id, state="succeeded", outcome="succeeded", result_json=result_json
+        )
     exc = outcome.exc
     error = describe(exc)
     tb = "".join(traceback.format_exception(exc))
@@ -108,9 +119,20 @@ def classify(task: Task | None, job: Job, outcome: Outcome, worker_id: str) -> F
         names = ", ".join(r.__name__ for r in retry_on)
         return fail(job, worker_id, f"{error} (not in retry_on=({names}): not retried)", tb)
     if job.attempts >= job.max_attempts:
-        return fail(job, worker_id, f"{error} (attempt {job.attempts} of {job.max_attempts}: "
-                                    "no attempts left)", tb)
+        return fail(
+            job,
+            worker_id,
+            f"{error} (attempt {job.attempts} of {job.max_attempts}: no attempts left)",
+            tb,
+        )
     backoff = Backoff.from_dict(job.backoff) or (task.defaults.backoff if task else Backoff())
     delay = backoff.delay(job.attempts)
-    return _finalize(job, worker_id, state="scheduled", outcome="retry", error=error, traceback=tb,
-                     retry_in_s=delay)
+    return _finalize(
+        job,
+        worker_id,
+        state="scheduled",
+        outcome="retry",
+        error=error,
+        traceback=tb,
+        retry_in_s=delay,
+    )

@@ -21,7 +21,8 @@ class DaemonPool:
     def __init__(self, size: int, name: str = "conveyor-sync") -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads = [
-            threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True) for i in range(size)
+            threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
+            for i in range(size)
         ]
         for t in self._threads:
             t.start()

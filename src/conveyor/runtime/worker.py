@@ -63,14 +63,17 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
-            raise ConfigError(f"queues must be a non-empty list of queue names, got {self.queues!r}")
+            raise ConfigError(
+                f"queues must be a non-empty list of queue names, got {self.queues!r}"
+            )
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.lease_s <= 0 or self.poll_s <= 0 or self.grace_s < 0 or self.maintenance_s <= 0:
             raise ConfigError("lease_s, poll_s and maintenance_s must be > 0 and grace_s >= 0")
         if self.heartbeat_s is not None and not 0 < self.heartbeat_s < self.lease_s:
             raise ConfigError(
-                f"heartbeat_s ({self.heartbeat_s}) must be > 0 and shorter than lease_s ({self.lease_s})"
+                f"heartbeat_s ({self.heartbeat_s}) must be > 0 and shorter than "
+                f"lease_s ({self.lease_s})"
             )
         if self.fetch_batch is not None and self.fetch_batch < 1:
             raise ConfigError(f"fetch_batch must be >= 1, got {self.fetch_batch}")
@@ -137,12 +140,19 @@ class Worker:
         cfg = self.config
         self._loop = asyncio.get_running_loop()
         backend = self.app.backend  # opens and migrates; errors surface before we start
-        missing = set(self.app.tasks) and not any(t.defaults.queue in cfg.queues for t in self.app.tasks.values())
+        missing = set(self.app.tasks) and not any(
+            t.defaults.queue in cfg.queues for t in self.app.tasks.values()
+        )
         if missing:
-            log.warning("no registered task uses queues %s; tasks use %s", list(cfg.queues),
-                        sorted({t.defaults.queue for t in self.app.tasks.values()}))
-        self._threads = {name: ThreadPoolExecutor(1, thread_name_prefix=f"conveyor-{name}")
-                         for name in ("fetch", "complete", "heartbeat", "maintenance")}
+            log.warning(
+                "no registered task uses queues %s; tasks use %s",
+                list(cfg.queues),
+                sorted({t.defaults.queue for t in self.app.tasks.values()}),
+            )
+        self._threads = {
+            name: ThreadPoolExecutor(1, thread_name_prefix=f"conveyor-{name}")
+            for name in ("fetch", "complete", "heartbeat", "maintenance")
+        }
         self._pool = DaemonPool(cfg.concurrency)
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -151,24 +161,41 @@ class Worker:
         self._hard_event = asyncio.Event()
         self.completer = Completer(self._write_outcomes, self._outcome_written)
         self.completer.start()
-        self._info = WorkerInfo(id=self.id, hostname=socket.gethostname(), pid=os.getpid(),
-                                queues=list(cfg.queues), concurrency=cfg.concurrency)
-        await self._db("heartbeat", backend.worker_heartbeat, worker=self._info, leases=[],
-                       lease_s=cfg.lease_s)
+        self._info = WorkerInfo(
+            id=self.id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=list(cfg.queues),
+            concurrency=cfg.concurrency,
+        )
+        await self._db(
+            "heartbeat", backend.worker_heartbeat, worker=self._info, leases=[], lease_s=cfg.lease_s
+        )
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self.stop)
         if self._stop_requested.is_set():
             self._begin_stop(False)
         notifier = backend.notifier()
-        listener = threading.Thread(target=self._listen, args=(notifier,), name="conveyor-listen",
-                                    daemon=True)
+        listener = threading.Thread(
+            target=self._listen, args=(notifier,), name="conveyor-listen", daemon=True
+        )
         listener.start()
-        log.info("worker %s started: queues=%s concurrency=%d database=%s (%s)", self.id,
-                 ",".join(cfg.queues), cfg.concurrency, backend.name,
-                 "LISTEN/NOTIFY + polling" if backend.pushes_notifications else "polling")
-        loops = [asyncio.create_task(coro, name=name) for name, coro in (
-            ("heartbeat", self._heartbeat_loop()), ("maintenance", self._maintenance_loop()))]
+        log.info(
+            "worker %s started: queues=%s concurrency=%d database=%s (%s)",
+            self.id,
+            ",".join(cfg.queues),
+            cfg.concurrency,
+            backend.name,
+            "LISTEN/NOTIFY + polling" if backend.pushes_notifications else "polling",
+        )
+        loops = [
+            asyncio.create_task(coro, name=name)
+            for name, coro in (
+                ("heartbeat", self._heartbeat_loop()),
+                ("maintenance", self._maintenance_loop()),
+            )
+        ]
         try:
             await self._fetch_loop()
             await self._drain()
@@ -176,17 +203,26 @@ class Worker:
             for t in loops:
                 t.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
-            notifier.close()
+            self._stop_requested.set()
+            notifier.close()  # waits for the listener's current wait() to return
+            await asyncio.to_thread(listener.join, 5)
             try:
                 await self._db("heartbeat", backend.worker_deregister, worker_id=self.id)
             except Exception as exc:
                 log.warning("could not deregister worker %s: %s", self.id, exc)
-            for ex in self._threads.values():
-                ex.shutdown(wait=False)
+            for ex in self._threads.values():  # each finishes at most its current call
+                await asyncio.to_thread(ex.shutdown, True)
             self._pool.shutdown()
         c = self.stats.counts
-        log.info("worker %s stopped: %d succeeded, %d failed, %d retried, %d released, %d refused",
-                 self.id, c["succeeded"], c["failed"], c["retry"], c["released"], c["refused"])
+        log.info(
+            "worker %s stopped: %d succeeded, %d failed, %d retried, %d released, %d refused",
+            self.id,
+            c["succeeded"],
+            c["failed"],
+            c["retry"],
+            c["released"],
+            c["refused"],
+        )
         return self.stats
 
     def _begin_stop(self, hard: bool) -> None:
@@ -205,7 +241,9 @@ class Worker:
 
     async def _db(self, thread: str, fn: Callable[..., T], **kwargs: Any) -> T:
         assert self._loop is not None
-        return await self._loop.run_in_executor(self._threads[thread], functools.partial(fn, **kwargs))
+        return await self._loop.run_in_executor(
+            self._threads[thread], functools.partial(fn, **kwargs)
+        )
 
     def _listen(self, notifier: Any) -> None:
         """Thread: turn database hints into wake-ups of the fetch loop."""
@@ -260,8 +298,14 @@ class Worker:
             self._wake.clear()
             limit = min(self._free(), cfg.batch)
             try:
-                jobs = await self._db("fetch", self.app.backend.job_fetch_available, queues=queues,
-                                      worker_id=self.id, limit=limit, lease_s=cfg.lease_s)
+                jobs = await self._db(
+                    "fetch",
+                    self.app.backend.job_fetch_available,
+                    queues=queues,
+                    worker_id=self.id,
+                    limit=limit,
+                    lease_s=cfg.lease_s,
+                )
             except Exception as exc:
                 log.error("could not claim jobs, retrying in 1s: %s", exc)
                 await asyncio.sleep(1.0)
@@ -291,8 +335,12 @@ class Worker:
         try:
             if task is None:
                 known = ", ".join(sorted(self.app.tasks)) or "none"
-                outcome = fail(job, self.id, f"UnknownTask: no handler named {job.task!r} in this "
-                                             f"worker (registered: {known}); not retried")
+                outcome = fail(
+                    job,
+                    self.id,
+                    f"UnknownTask: no handler named {job.task!r} in this "
+                    f"worker (registered: {known}); not retried",
+                )
             else:
                 late = functools.partial(self._late_result, task, job)
                 result = await run_handler(task, job, self._pool, late)
@@ -323,8 +371,13 @@ class Worker:
         late = classify(task, job, outcome, self.id)
 
         def submit() -> None:
-            log.warning("job %d (%s) finished after its %gs timeout; submitting its late result, "
-                        "which fencing must refuse", job.id, job.task, job.timeout or 0)
+            log.warning(
+                "job %d (%s) finished after its %gs timeout; submitting its late result, "
+                "which fencing must refuse",
+                job.id,
+                job.task,
+                job.timeout or 0,
+            )
             self.completer.add(late)
 
         try:
@@ -334,8 +387,15 @@ class Worker:
 
     def _log_outcome(self, job: Job, o: Finalize) -> None:
         if o.outcome == "retry":
-            log.warning("job %d %s attempt %d/%d failed, retrying in %.1fs: %s", job.id, job.task,
-                        job.attempts, job.max_attempts, o.retry_in_s or 0, o.error)
+            log.warning(
+                "job %d %s attempt %d/%d failed, retrying in %.1fs: %s",
+                job.id,
+                job.task,
+                job.attempts,
+                job.max_attempts,
+                o.retry_in_s or 0,
+                o.error,
+            )
         elif o.outcome == "failed":
             log.error("job %d %s failed: %s", job.id, job.task, o.error)
         else:
@@ -352,8 +412,11 @@ class Worker:
             self.stats.counts[o.outcome] += 1
         else:
             self.stats.counts["refused"] += 1
-            log.warning("outcome %r of job %d refused: this worker no longer holds its lease",
-                        o.outcome, o.job_id)
+            log.warning(
+                "outcome %r of job %d refused: this worker no longer holds its lease",
+                o.outcome,
+                o.job_id,
+            )
 
     # -- leases ---------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
@@ -362,10 +425,19 @@ class Worker:
             await asyncio.sleep(cfg.heartbeat_every)
             snapshot = [Lease(i, t) for i, t in self.leases.items()]
             try:
-                held = set(await self._db("heartbeat", self.app.backend.worker_heartbeat,
-                                          worker=self._info, leases=snapshot, lease_s=cfg.lease_s))
+                held = set(
+                    await self._db(
+                        "heartbeat",
+                        self.app.backend.worker_heartbeat,
+                        worker=self._info,
+                        leases=snapshot,
+                        lease_s=cfg.lease_s,
+                    )
+                )
             except Exception as exc:
-                log.error("heartbeat failed (leases expire in %gs unless renewed): %s", cfg.lease_s, exc)
+                log.error(
+                    "heartbeat failed (leases expire in %gs unless renewed): %s", cfg.lease_s, exc
+                )
                 continue
             for lease in snapshot:
                 if lease.job_id not in held and self.leases.get(lease.job_id) == lease.token:
@@ -386,7 +458,7 @@ class Worker:
             del self.running[entry.job.id]
 
     async def _maintenance_loop(self) -> None:
-        service = Maintenance(self.app.backend)
+        service = Maintenance(self.app.backend, stale_worker_s=max(300.0, 10 * self.config.lease_s))
         while True:
             try:
                 await self._db("maintenance", service.step)
@@ -400,10 +472,13 @@ class Worker:
         cfg = self.config
         if self.running and not self._hard:
             log.info("waiting up to %gs for %d running job(s)", cfg.grace_s, len(self.running))
-            finished = asyncio.gather(*(r.task for r in self.running.values()), return_exceptions=True)
+            finished = asyncio.gather(
+                *(r.task for r in self.running.values()), return_exceptions=True
+            )
             hard = asyncio.create_task(self._hard_event.wait())
-            await asyncio.wait([finished, hard], timeout=cfg.grace_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                [finished, hard], timeout=cfg.grace_s, return_when=asyncio.FIRST_COMPLETED
+            )
             hard.cancel()
         remaining = list(self.running.values())
         if remaining:
@@ -416,6 +491,8 @@ class Worker:
             for le in leases:
                 self.leases.pop(le.job_id, None)
             self.stats.counts["released"] += len(released)
-            log.info("released %d unfinished job(s) back to the queue without using an attempt",
-                     len(released))
+            log.info(
+                "released %d unfinished job(s) back to the queue without using an attempt",
+                len(released),
+            )
         await self.completer.close()

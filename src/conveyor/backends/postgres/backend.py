@@ -117,11 +117,15 @@ class PostgresNotifier(Notifier):
             pass
 
     def close(self) -> None:
+        # Never close the connection under a thread blocked in notifies() on it:
+        # libpq would use freed memory. wait() holds the lock and returns within
+        # its timeout, so taking the lock here is enough.
         self._closed = True
-        try:
-            self._conn.close()
-        except Exception:
-            pass
+        with self._lock:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
 
 
 class PostgresBackend(Backend):
@@ -149,6 +153,10 @@ class PostgresBackend(Backend):
             name="conveyor",
         )
 
+    @property
+    def latest_schema(self) -> int:
+        return MIGRATIONS[-1].version
+
     def close(self) -> None:
         self.pool.close()
 
@@ -158,7 +166,8 @@ class PostgresBackend(Backend):
         if conn is not None:
             if not isinstance(conn, psycopg.Connection):
                 raise ConfigError(
-                    f"conn= must be a psycopg (3) Connection for a PostgreSQL app, got {type(conn).__name__}"
+                    "conn= must be a psycopg (3) Connection for a PostgreSQL app, "
+                    f"got {type(conn).__name__}"
                 )
             with conn.cursor(row_factory=dict_row) as cur:
                 yield cur
@@ -239,8 +248,13 @@ class PostgresBackend(Backend):
         with self._tx() as cur:
             rows = cur.execute(
                 Q["job_fetch_available"],
-                {"queues": list(queues), "worker_id": worker_id, "limit": limit,
-                 "lease_s": lease_s, "now": now},
+                {
+                    "queues": list(queues),
+                    "worker_id": worker_id,
+                    "limit": limit,
+                    "lease_s": lease_s,
+                    "now": now,
+                },
             ).fetchall()
         jobs = [job_from_row(r, _ts, _json) for r in rows]
         order = {q: i for i, q in enumerate(queues)}
@@ -269,7 +283,9 @@ class PostgresBackend(Backend):
             rows = cur.execute(Q["job_finalize_many"], params).fetchall()
         return [r["job_id"] for r in rows]
 
-    def job_release_many(self, *, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+    def job_release_many(
+        self, *, leases: Sequence[Lease], now: datetime | None = None
+    ) -> list[int]:
         if not leases:
             return []
         with self._tx() as cur:
@@ -291,15 +307,25 @@ class PostgresBackend(Backend):
         with self._tx() as cur:
             cur.execute(
                 Q["worker_upsert"],
-                {"id": worker.id, "hostname": worker.hostname, "pid": worker.pid,
-                 "queues": list(worker.queues), "concurrency": worker.concurrency, "now": now},
+                {
+                    "id": worker.id,
+                    "hostname": worker.hostname,
+                    "pid": worker.pid,
+                    "queues": list(worker.queues),
+                    "concurrency": worker.concurrency,
+                    "now": now,
+                },
             )
             if not leases:
                 return []
             rows = cur.execute(
                 Q["job_heartbeat"],
-                {"id": [le.job_id for le in leases], "token": [le.token for le in leases],
-                 "lease_s": lease_s, "now": now},
+                {
+                    "id": [le.job_id for le in leases],
+                    "token": [le.token for le in leases],
+                    "lease_s": lease_s,
+                    "now": now,
+                },
             ).fetchall()
         return [r["id"] for r in rows]
 
@@ -307,13 +333,24 @@ class PostgresBackend(Backend):
         with self._tx() as cur:
             cur.execute(Q["worker_delete"], {"id": worker_id})
 
-    def worker_list(self, *, now: datetime | None = None) -> list[WorkerInfo]:
+    def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
+        with self._tx() as cur:
+            cur.execute(Q["worker_prune_stale"], {"older_than_s": older_than_s, "now": now})
+            return cur.rowcount
+
+    def worker_list(self) -> list[WorkerInfo]:
         with self._tx() as cur:
             rows = cur.execute(Q["worker_list"]).fetchall()
         return [
-            WorkerInfo(id=r["id"], hostname=r["hostname"], pid=r["pid"], queues=list(r["queues"]),
-                       concurrency=r["concurrency"], started_at=r["started_at"],
-                       last_seen_at=r["last_seen_at"])
+            WorkerInfo(
+                id=r["id"],
+                hostname=r["hostname"],
+                pid=r["pid"],
+                queues=list(r["queues"]),
+                concurrency=r["concurrency"],
+                started_at=r["started_at"],
+                last_seen_at=r["last_seen_at"],
+            )
             for r in rows
         ]
 
@@ -351,7 +388,13 @@ class PostgresBackend(Backend):
         with self._tx() as cur:
             rows = cur.execute(
                 Q["job_list"],
-                {"queue": queue, "state": state, "task": task, "limit": limit, "before_id": before_id},
+                {
+                    "queue": queue,
+                    "state": state,
+                    "task": task,
+                    "limit": limit,
+                    "before_id": before_id,
+                },
             ).fetchall()
         return [job_from_row(r, _ts, _json) for r in rows]
 

@@ -126,6 +126,10 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 -- name: worker_delete
 DELETE FROM conveyor_workers WHERE id = %(id)s
 
+-- name: worker_prune_stale
+DELETE FROM conveyor_workers
+WHERE last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
+
 -- name: worker_list
 SELECT * FROM conveyor_workers ORDER BY started_at
 

@@ -58,6 +58,7 @@ class SQLiteNotifier(Notifier):
         self._interval = interval
         self._last = self._version()
         self._closed = False
+        self._lock = threading.Lock()
 
     def _version(self) -> int:
         return int(self._conn.execute(Q["data_version"]).fetchone()[0])
@@ -65,7 +66,10 @@ class SQLiteNotifier(Notifier):
     def wait(self, timeout: float) -> set[str]:
         deadline = time.monotonic() + timeout
         while not self._closed:
-            version = self._version()
+            with self._lock:  # close() must not pull the connection from under us
+                if self._closed:
+                    break
+                version = self._version()
             if version != self._last:
                 self._last = version
                 return {"*"}
@@ -77,20 +81,25 @@ class SQLiteNotifier(Notifier):
 
     def close(self) -> None:
         self._closed = True
-        self._conn.close()
+        with self._lock:
+            self._conn.close()
 
 
 class SQLiteBackend(Backend):
     name = "sqlite"
 
-    def __init__(self, path: str, *, synchronous: str = "full", busy_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, path: str, *, synchronous: str = "full", busy_timeout_s: float = 30.0
+    ) -> None:
         if path in ("", ":memory:"):
             raise ConfigError(
                 "an in-memory SQLite database cannot be shared by workers: "
                 "use a file, e.g. sqlite:///conveyor.db"
             )
         if synchronous.lower() not in _SYNC_MODES:
-            raise ConfigError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {synchronous!r}")
+            raise ConfigError(
+                f"synchronous must be one of {sorted(_SYNC_MODES)}, got {synchronous!r}"
+            )
         self.path = os.path.abspath(path)
         folder = os.path.dirname(self.path)
         if not os.path.isdir(folder):
@@ -108,7 +117,9 @@ class SQLiteBackend(Backend):
     def _new_connection(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                self.path,
+                timeout=self.busy_timeout_s,
+                isolation_level=None,
                 check_same_thread=False,
             )
             conn.execute("PRAGMA journal_mode=WAL")
@@ -160,6 +171,10 @@ class SQLiteBackend(Backend):
                 f"conn= is connected to {sorted(files)}, not to this app's database {self.path}"
             )
 
+    @property
+    def latest_schema(self) -> int:
+        return MIGRATIONS[-1].version
+
     def close(self) -> None:
         with self._lock:
             conns, self._all = self._all, []
@@ -204,20 +219,31 @@ class SQLiteBackend(Backend):
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
                 out = []
                 for j in subset:
-                    row = cur.execute(Q["job_insert_many"], {
-                        "queue": j.queue, "task": j.task, "args": j.args_json,
-                        "priority": j.priority, "max_attempts": j.max_attempts,
-                        "timeout_s": j.timeout_s, "backoff": j.backoff_json,
-                        "unique_key": j.unique_key, "idempotency_key": j.idempotency_key,
-                        "delay_s": float(j.delay_s), "now": ts,
-                    }).fetchone()
+                    row = cur.execute(
+                        Q["job_insert_many"],
+                        {
+                            "queue": j.queue,
+                            "task": j.task,
+                            "args": j.args_json,
+                            "priority": j.priority,
+                            "max_attempts": j.max_attempts,
+                            "timeout_s": j.timeout_s,
+                            "backoff": j.backoff_json,
+                            "unique_key": j.unique_key,
+                            "idempotency_key": j.idempotency_key,
+                            "delay_s": float(j.delay_s),
+                            "now": ts,
+                        },
+                    ).fetchone()
                     if row:
                         out.append((row["id"], (row["unique_key"], row["idempotency_key"])))
                 return out
 
             def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
-                rows = cur.execute(Q["job_find_by_keys"], {
-                    "unique_keys": json.dumps(uks), "idempotency_keys": json.dumps(iks)}).fetchall()
+                rows = cur.execute(
+                    Q["job_find_by_keys"],
+                    {"unique_keys": json.dumps(uks), "idempotency_keys": json.dumps(iks)},
+                ).fetchall()
                 return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in rows]
 
             return insert_resolving(jobs, insert, find)
@@ -235,7 +261,9 @@ class SQLiteBackend(Backend):
         if limit <= 0 or not queues:
             return []
         ts = _epoch(now)
-        peek = self._conn().execute(Q["job_peek_available"], {"queues": json.dumps(list(queues)), "now": ts})
+        peek = self._conn().execute(
+            Q["job_peek_available"], {"queues": json.dumps(list(queues)), "now": ts}
+        )
         if peek.fetchone() is None:
             return []
         jobs: list[Job] = []
@@ -243,9 +271,16 @@ class SQLiteBackend(Backend):
             for queue in queues:
                 if len(jobs) >= limit:
                     break
-                rows = cur.execute(Q["job_fetch_available"], {
-                    "queue": queue, "worker_id": worker_id, "limit": limit - len(jobs),
-                    "lease_s": lease_s, "now": ts}).fetchall()
+                rows = cur.execute(
+                    Q["job_fetch_available"],
+                    {
+                        "queue": queue,
+                        "worker_id": worker_id,
+                        "limit": limit - len(jobs),
+                        "lease_s": lease_s,
+                        "now": ts,
+                    },
+                ).fetchall()
                 claimed = [job_from_row(r, _ts, _json) for r in rows]
                 claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
                 jobs.extend(claimed)
@@ -260,23 +295,45 @@ class SQLiteBackend(Backend):
         accepted: list[int] = []
         with self._tx() as cur:
             for o in outcomes:
-                row = cur.execute(Q["job_finalize_one"], {
-                    "id": o.job_id, "token": o.token, "state": o.state, "result": o.result_json,
-                    "error": o.error, "retry_in_s": o.retry_in_s or 0.0, "now": ts}).fetchone()
+                row = cur.execute(
+                    Q["job_finalize_one"],
+                    {
+                        "id": o.job_id,
+                        "token": o.token,
+                        "state": o.state,
+                        "result": o.result_json,
+                        "error": o.error,
+                        "retry_in_s": o.retry_in_s or 0.0,
+                        "now": ts,
+                    },
+                ).fetchone()
                 if row is None:
                     continue  # lease no longer held: refused, nothing changed
-                cur.execute(Q["attempt_insert"], {
-                    "job_id": o.job_id, "attempt": row["attempt"], "worker_id": o.worker_id,
-                    "started_at": o.started_at.timestamp() if o.started_at else None, "now": ts,
-                    "outcome": o.outcome, "error": o.error, "traceback": o.traceback})
+                cur.execute(
+                    Q["attempt_insert"],
+                    {
+                        "job_id": o.job_id,
+                        "attempt": row["attempt"],
+                        "worker_id": o.worker_id,
+                        "started_at": o.started_at.timestamp() if o.started_at else None,
+                        "now": ts,
+                        "outcome": o.outcome,
+                        "error": o.error,
+                        "traceback": o.traceback,
+                    },
+                )
                 accepted.append(o.job_id)
         return accepted
 
-    def job_release_many(self, *, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+    def job_release_many(
+        self, *, leases: Sequence[Lease], now: datetime | None = None
+    ) -> list[int]:
         released = []
         with self._tx() as cur:
             for le in leases:
-                if cur.execute(Q["job_release_one"], {"id": le.job_id, "token": le.token}).fetchone():
+                if cur.execute(
+                    Q["job_release_one"], {"id": le.job_id, "token": le.token}
+                ).fetchone():
                     released.append(le.job_id)
         return released
 
@@ -290,28 +347,51 @@ class SQLiteBackend(Backend):
     ) -> list[int]:
         ts = _epoch(now)
         with self._tx() as cur:
-            cur.execute(Q["worker_upsert"], {
-                "id": worker.id, "hostname": worker.hostname, "pid": worker.pid,
-                "queues": json.dumps(list(worker.queues)), "concurrency": worker.concurrency,
-                "now": ts})
+            cur.execute(
+                Q["worker_upsert"],
+                {
+                    "id": worker.id,
+                    "hostname": worker.hostname,
+                    "pid": worker.pid,
+                    "queues": json.dumps(list(worker.queues)),
+                    "concurrency": worker.concurrency,
+                    "now": ts,
+                },
+            )
             if not leases:
                 return []
-            rows = cur.execute(Q["job_heartbeat"], {
-                "leases": json.dumps([[le.job_id, le.token] for le in leases]),
-                "lease_s": lease_s, "now": ts}).fetchall()
+            rows = cur.execute(
+                Q["job_heartbeat"],
+                {
+                    "leases": json.dumps([[le.job_id, le.token] for le in leases]),
+                    "lease_s": lease_s,
+                    "now": ts,
+                },
+            ).fetchall()
         return [r["id"] for r in rows]
 
     def worker_deregister(self, *, worker_id: str) -> None:
         with self._tx() as cur:
             cur.execute(Q["worker_delete"], {"id": worker_id})
 
-    def worker_list(self, *, now: datetime | None = None) -> list[WorkerInfo]:
+    def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
+        with self._tx() as cur:
+            cur.execute(Q["worker_prune_stale"], {"older_than_s": older_than_s, "now": _epoch(now)})
+            return cur.rowcount
+
+    def worker_list(self) -> list[WorkerInfo]:
         with self._tx(write=False) as cur:
             rows = cur.execute(Q["worker_list"]).fetchall()
         return [
-            WorkerInfo(id=r["id"], hostname=r["hostname"], pid=r["pid"], queues=json.loads(r["queues"]),
-                       concurrency=r["concurrency"], started_at=_ts(r["started_at"]),
-                       last_seen_at=_ts(r["last_seen_at"]))
+            WorkerInfo(
+                id=r["id"],
+                hostname=r["hostname"],
+                pid=r["pid"],
+                queues=json.loads(r["queues"]),
+                concurrency=r["concurrency"],
+                started_at=_ts(r["started_at"]),
+                last_seen_at=_ts(r["last_seen_at"]),
+            )
             for r in rows
         ]
 
@@ -326,16 +406,27 @@ class SQLiteBackend(Backend):
                 row = cur.execute(Q["job_rescue_one"], {"id": e["id"], "now": ts}).fetchone()
                 if row is None:
                     continue
-                cur.execute(Q["attempt_insert"], {
-                    "job_id": row["id"], "attempt": row["attempt"], "worker_id": e["lease_owner"],
-                    "started_at": e["started_at"], "now": ts, "outcome": "lost",
-                    "error": row["error"], "traceback": None})
+                cur.execute(
+                    Q["attempt_insert"],
+                    {
+                        "job_id": row["id"],
+                        "attempt": row["attempt"],
+                        "worker_id": e["lease_owner"],
+                        "started_at": e["started_at"],
+                        "now": ts,
+                        "outcome": "lost",
+                        "error": row["error"],
+                        "traceback": None,
+                    },
+                )
                 (failed if row["state"] == "failed" else requeued).append(row["id"])
         return RescueResult(requeued=requeued, failed=failed)
 
     def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
         with self._tx() as cur:
-            return len(cur.execute(Q["job_schedule_due"], {"now": _epoch(now), "limit": limit}).fetchall())
+            return len(
+                cur.execute(Q["job_schedule_due"], {"now": _epoch(now), "limit": limit}).fetchall()
+            )
 
     # -- inspection ------------------------------------------------------------------
     def job_get(self, *, job_id: int) -> Job | None:
@@ -353,9 +444,16 @@ class SQLiteBackend(Backend):
         before_id: int | None = None,
     ) -> list[Job]:
         with self._tx(write=False) as cur:
-            rows = cur.execute(Q["job_list"], {
-                "queue": queue, "state": state, "task": task, "limit": limit,
-                "before_id": before_id}).fetchall()
+            rows = cur.execute(
+                Q["job_list"],
+                {
+                    "queue": queue,
+                    "state": state,
+                    "task": task,
+                    "limit": limit,
+                    "before_id": before_id,
+                },
+            ).fetchall()
         return [job_from_row(r, _ts, _json) for r in rows]
 
     def job_attempts(self, *, job_id: int) -> list[Attempt]:

@@ -83,6 +83,9 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 -- name: worker_delete
 DELETE FROM conveyor_workers WHERE id = :id
 
+-- name: worker_prune_stale
+DELETE FROM conveyor_workers WHERE last_seen_at < :now - :older_than_s
+
 -- name: worker_list
 SELECT * FROM conveyor_workers ORDER BY started_at
 
