@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Conveyor beside PgQueuer, in one run, through the shared peer harness
+# (../shared/bench/peers next to this repository). `make bench` runs this.
+#
+#   1. /tmp/peerbench/venv: pgqueuer 1.6.0, asyncpg, psycopg, uvloop, and this
+#      repository (editable), so every library runs under the same interpreter;
+#   2. PostgreSQL: $PEERBENCH_PG if set, else 127.0.0.1:5432 if it answers, else
+#      the shared throwaway cluster (cluster.sh, 127.0.0.1:5433);
+#   3. PgQueuer (batch 100 x2, batch 10 x1), Conveyor on PostgreSQL (x2) and on
+#      SQLite (x1), 20,000 jobs each, appended to
+#      /tmp/peerbench/results/conveyor-<timestamp>.jsonl;
+#   4. the Markdown table and the ratios, printed and written to bench/RESULTS.md.
+#
+# Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
+# (the shared folder), BENCH_N (jobs per run, default 20000).
+set -euo pipefail
+say() { echo "bench: $*" >&2; }
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+SHARED=${PEERBENCH_SHARED:-$REPO/../shared}
+PEERS=$SHARED/bench/peers
+for f in _common.py bench_pgqueuer.py summarize.py cluster.sh; do
+  if [ ! -f "$PEERS/$f" ]; then
+    say "the shared peer harness is missing: $PEERS/$f not found."
+    say "It lives in shared/bench/peers beside this repository (set PEERBENCH_SHARED to override)."
+    exit 1
+  fi
+done
+PEERS=$(cd "$PEERS" && pwd)
+export PEERBENCH_PEERS=$PEERS
+
+SCRATCH=/tmp/peerbench
+VENV=$SCRATCH/venv
+PY=$VENV/bin/python
+N=${BENCH_N:-20000}
+mkdir -p "$SCRATCH/results"
+
+# -- 1. the benchmark virtualenv --------------------------------------------------------
+if [ ! -x "$PY" ]; then
+  say "creating $VENV"
+  python3 -m venv "$VENV"
+  "$PY" -m pip install -q --upgrade pip
+fi
+if ! "$PY" -c 'import sys, pgqueuer, asyncpg, psycopg, psycopg_pool, uvloop
+sys.exit(pgqueuer.__version__ != "1.6.0")' 2>/dev/null; then
+  say "installing pgqueuer==1.6.0 asyncpg psycopg uvloop into $VENV"
+  "$PY" -m pip install -q "pgqueuer==1.6.0" asyncpg "psycopg[binary,pool]" uvloop
+fi
+# Conveyor from THIS checkout (editable), reinstalled if the venv points elsewhere.
+if ! "$PY" -c 'import os, sys, conveyor
+sys.exit(not os.path.realpath(conveyor.__file__).startswith(os.path.realpath(sys.argv[1]) + os.sep))' \
+    "$REPO/src" 2>/dev/null; then
+  say "installing Conveyor from $REPO into $VENV (editable)"
+  "$PY" -m pip install -q -e "$REPO"
+fi
+
+# -- 2. PostgreSQL ------------------------------------------------------------------------
+answers() { "$PY" -c 'import sys, psycopg; psycopg.connect(sys.argv[1] + "/postgres", connect_timeout=3).close()' "$1" 2>/dev/null; }
+if [ -n "${PEERBENCH_PG:-}" ]; then
+  answers "$PEERBENCH_PG" || { say "PEERBENCH_PG=$PEERBENCH_PG does not answer"; exit 1; }
+elif answers postgresql://postgres@127.0.0.1:5432; then
+  export PEERBENCH_PG=postgresql://postgres@127.0.0.1:5432
+else
+  export PEERBENCH_PG=postgresql://postgres@127.0.0.1:5433
+  if ! answers "$PEERBENCH_PG"; then
+    if [ -z "${PGBIN:-}" ]; then
+      for d in /usr/lib/postgresql/15/bin /usr/lib/postgresql/*/bin /usr/local/pgsql/bin; do
+        if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then PGBIN=$d; break; fi
+      done
+    fi
+    if [ -z "${PGBIN:-}" ]; then
+      say "no PostgreSQL answers on 127.0.0.1:5432 or :5433 and no initdb/pg_ctl was found;"
+      say "install PostgreSQL 15 (apt-get install postgresql) or set PEERBENCH_PG."
+      exit 1
+    fi
+    export PGBIN
+    if [ ! -f "$SCRATCH/pgdata/PG_VERSION" ]; then
+      say "creating the throwaway cluster in $SCRATCH/pgdata ($PGBIN)"
+      bash "$PEERS/cluster.sh" init
+    fi
+    say "starting the throwaway cluster on 127.0.0.1:5433"
+    bash "$PEERS/cluster.sh" start >&2
+    answers "$PEERBENCH_PG" || { say "the throwaway cluster does not answer; see $SCRATCH/pg.log"; exit 1; }
+  fi
+fi
+say "PostgreSQL: $PEERBENCH_PG ($("$PY" -c 'import sys, psycopg
+with psycopg.connect(sys.argv[1] + "/postgres") as c: print(c.execute("show server_version").fetchone()[0])' "$PEERBENCH_PG"))"
+
+# -- 3. the runs ------------------------------------------------------------------------
+STAMP=$(date +%Y%m%d-%H%M%S)
+OUT=$SCRATCH/results/conveyor-$STAMP.jsonl
+CMDS=$SCRATCH/results/conveyor-$STAMP.cmds
+: > "$CMDS"
+run() {
+  say "$*"
+  echo "$*" >> "$CMDS"
+  "$@" --out "$OUT" > /dev/null
+}
+T0=$(date +%s)
+cd "$REPO"
+run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 2 --batch-size 100 --label batch100
+run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 1 --label batch10
+run "$PY" bench/bench_conveyor.py --backend postgres --n "$N" --runs 2 --label postgres
+run "$PY" bench/bench_conveyor.py --backend sqlite --n "$N" --runs 1 --label sqlite
+say "all runs took $(( $(date +%s) - T0 ))s; results in $OUT"
+
+# -- 4. the table and the ratios ----------------------------------------------------------
+"$PY" bench/report.py "$OUT" --commands "$CMDS" --peers "$PEERS" --write bench/RESULTS.md \
+  --command "${BENCH_COMMAND:-make bench}"
