@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
@@ -162,20 +162,30 @@ class Conveyor:
         return self.tasks.get(name)
 
     # -- producing -------------------------------------------------------------------
-    def insert_jobs(self, inserts: Sequence[JobInsert], *, conn: Any = None) -> list[Job]:
-        """Write prepared jobs; returns handles in input order. Jobs whose key named
-        an existing job come back as that job, read fresh."""
+    def insert_jobs(
+        self,
+        inserts: Sequence[JobInsert],
+        *,
+        conn: Any = None,
+        payloads: Sequence[tuple[Sequence[Any], Mapping[str, Any]]] | None = None,
+    ) -> list[Job]:
+        """Write prepared jobs; returns handles in input order. ``payloads`` are the
+        (args, kwargs) the inserts were encoded from, reused for the handles. Jobs
+        whose key named an existing job come back as that job, read fresh."""
         now = datetime.now(UTC)
         results = self.backend.job_insert_many(jobs=inserts, conn=conn)
         jobs = []
-        for ins, res in zip(inserts, results, strict=True):
-            if res.created:
-                jobs.append(_local_job(res.id, ins, now).bind(self))
+        for n, (ins, res) in enumerate(zip(inserts, results, strict=True)):
+            existing = None if res.created else self.backend.job_get(job_id=res.id)
+            if existing is not None:
+                jobs.append(existing.bind(self))
+                continue
+            if payloads is not None:
+                args, kwargs = payloads[n]
             else:
-                existing = self.backend.job_get(job_id=res.id)
-                jobs.append(
-                    existing.bind(self) if existing else _local_job(res.id, ins, now).bind(self)
-                )
+                decoded = json.loads(ins.args_json)
+                args, kwargs = decoded["args"], decoded["kwargs"]
+            jobs.append(_local_job(self, res.id, ins, list(args), dict(kwargs), now))
         return jobs
 
     def enqueue(
@@ -230,23 +240,30 @@ class Conveyor:
         return self.backend.queue_counts()
 
 
-def _local_job(job_id: int, ins: JobInsert, now: datetime) -> Job:
+def _local_job(
+    app: Conveyor,
+    job_id: int,
+    ins: JobInsert,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    now: datetime,
+) -> Job:
     """The handle of a job this process just created, built without a read-back."""
-    args = json.loads(ins.args_json)
     return Job(
         id=job_id,
         queue=ins.queue,
         task=ins.task,
-        args=args["args"],
-        kwargs=args["kwargs"],
+        args=args,
+        kwargs=kwargs,
         state=JobState.SCHEDULED if ins.delay_s > 0 else JobState.AVAILABLE,
         priority=ins.priority,
         attempts=0,
         max_attempts=ins.max_attempts,
         created_at=now,
-        scheduled_at=now + timedelta(seconds=ins.delay_s),
+        scheduled_at=now + timedelta(seconds=ins.delay_s) if ins.delay_s else now,
         timeout=ins.timeout_s,
         backoff=json.loads(ins.backoff_json) if ins.backoff_json else None,
         unique_key=ins.unique_key,
         idempotency_key=ins.idempotency_key,
+        _app=app,
     )

@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .backends.base import JobInsert
@@ -16,6 +16,8 @@ from .retry import Backoff
 
 if TYPE_CHECKING:
     from .app import Conveyor
+
+_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 #: Keyword arguments of ``send()`` that configure the job rather than reach the handler.
 SEND_OPTIONS = frozenset(
@@ -83,9 +85,7 @@ def _check_options(**opts: Any) -> None:
 
 def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
     try:
-        text = json.dumps(
-            {"args": list(args), "kwargs": dict(kwargs)}, separators=(",", ":"), allow_nan=False
-        )
+        text = _ENCODE({"args": list(args), "kwargs": dict(kwargs)})
     except (TypeError, ValueError) as exc:
         raise SerializationError(
             f"arguments of task {task!r} cannot be stored as JSON ({exc}); pass str, int, float, "
@@ -128,20 +128,21 @@ class Task:
     # -- building inserts ------------------------------------------------------------
     def build(self, args: Sequence[Any], kwargs: Mapping[str, Any], **options: Any) -> JobInsert:
         """Validate arguments and options; encode them. Raises before anything is written."""
-        unknown = set(options) - SEND_OPTIONS
+        return self._build(args, kwargs, self.template(**options))
+
+    def template(self, **options: Any) -> JobInsert:
+        """The job every call with these options creates, minus its arguments: options
+        are checked once per ``send_many``, not once per item."""
+        unknown = set(options) - SEND_OPTIONS - {"conn"}
         if unknown:
             raise ConfigError(f"unknown send option(s) {sorted(unknown)} for task {self.name!r}")
         _check_options(**{k: v for k, v in options.items() if v is not None})
-        try:
-            self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise BadArguments(f"bad arguments for task {self.name!r}: {exc}") from None
         d = self.defaults
         backoff = Backoff.coerce(options.get("backoff"))
         return JobInsert(
             queue=options.get("queue") or d.queue,
             task=self.name,
-            args_json=encode_args(self.name, args, kwargs, self.app.max_payload_bytes),
+            args_json="",
             priority=d.priority if options.get("priority") is None else options["priority"],
             max_attempts=options.get("max_attempts") or d.max_attempts,
             delay_s=float(options.get("delay") or 0.0),
@@ -150,6 +151,16 @@ class Task:
             unique_key=options.get("unique_key"),
             idempotency_key=options.get("idempotency_key"),
         )
+
+    def _build(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], template: JobInsert
+    ) -> JobInsert:
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise BadArguments(f"bad arguments for task {self.name!r}: {exc}") from None
+        encoded = encode_args(self.name, args, kwargs, self.app.max_payload_bytes)
+        return replace(template, args_json=encoded)
 
     def _split(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in SEND_OPTIONS}
@@ -163,7 +174,7 @@ class Task:
         kwargs, options = self._split(kwargs)
         conn = options.pop("conn", None)
         insert = self.build(args, kwargs, **options)
-        return self.app.insert_jobs([insert], conn=conn)[0]
+        return self.app.insert_jobs([insert], conn=conn, payloads=[(args, kwargs)])[0]
 
     async def asend(self, *args: Any, **kwargs: Any) -> Job:
         """``send`` for async code: the database call runs in a thread."""
@@ -177,15 +188,18 @@ class Task:
         conn = options.pop("conn", None)
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError("send_many cannot share one unique_key/idempotency_key across jobs")
-        inserts = []
+        template = self.template(**options)
+        inserts, payloads = [], []
         for n, item in enumerate(items):
             if isinstance(item, Mapping):
-                inserts.append(self.build((), item, **options))
+                args, kwargs = (), item
             elif isinstance(item, list | tuple):
-                inserts.append(self.build(item, {}, **options))
+                args, kwargs = item, {}
             else:
                 raise TypeError(
                     f"send_many item {n} of task {self.name!r} is a {type(item).__name__}: "
                     "pass a tuple of positional arguments (e.g. [(1,), (2,)]) or a dict of kwargs"
                 )
-        return self.app.insert_jobs(inserts, conn=conn)
+            inserts.append(self._build(args, kwargs, template))
+            payloads.append((args, kwargs))
+        return self.app.insert_jobs(inserts, conn=conn, payloads=payloads)

@@ -37,8 +37,6 @@ def done(job, state: str = "succeeded", token: str | None = None, **kw) -> Final
         job_id=job.id,
         token=token if token is not None else job.lease_token,
         state=state,
-        worker_id="w1",
-        started_at=job.started_at,
         outcome=kw.pop("outcome", state),
         **kw,
     )
@@ -95,7 +93,7 @@ def test_unique_key_allows_one_unfinished_job(backend):
     assert first.created and not again.created and again.id == first.id
     [job] = fetch(backend)
     assert backend.job_insert_many(jobs=[ins(unique_key="k")])[0].id == first.id  # running
-    backend.job_finalize_many(outcomes=[done(job)])
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job)])
     fresh = backend.job_insert_many(jobs=[ins(unique_key="k")])[0]
     assert fresh.created and fresh.id != first.id
 
@@ -103,7 +101,7 @@ def test_unique_key_allows_one_unfinished_job(backend):
 def test_idempotency_key_returns_the_same_job_forever(backend):
     [first] = backend.job_insert_many(jobs=[ins(idempotency_key="req-1")])
     [job] = fetch(backend)
-    backend.job_finalize_many(outcomes=[done(job)])
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job)])
     [again] = backend.job_insert_many(jobs=[ins(idempotency_key="req-1"), ins()])[:1]
     assert (again.id, again.created) == (first.id, False)
 
@@ -192,7 +190,7 @@ def test_concurrent_claims_never_overlap(backend):
 def test_finalize_records_result_and_attempt(backend):
     backend.job_insert_many(jobs=[ins()])
     [job] = fetch(backend)
-    assert backend.job_finalize_many(outcomes=[done(job, result_json='{"ok": 1}')]) == [job.id]
+    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job, result_json='{"ok": 1}')]) == [job.id]
     got = backend.job_get(job_id=job.id)
     assert (got.state, got.result, got.lease_token) == ("succeeded", {"ok": 1}, None)
     assert got.finished_at is not None
@@ -204,11 +202,11 @@ def test_finalize_records_result_and_attempt(backend):
 def test_finalize_with_a_stale_token_changes_nothing(backend):
     backend.job_insert_many(jobs=[ins()])
     [job] = fetch(backend)
-    assert backend.job_finalize_many(outcomes=[done(job, token="not-the-token")]) == []
+    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job, token="not-the-token")]) == []
     assert backend.job_get(job_id=job.id).state == "running"
-    assert backend.job_finalize_many(outcomes=[done(job)]) == [job.id]
+    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == [job.id]
     # a duplicate completion is refused: never counted succeeded twice
-    assert backend.job_finalize_many(outcomes=[done(job)]) == []
+    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == []
     assert [a.outcome for a in backend.job_attempts(job_id=job.id)] == ["succeeded"]
 
 
@@ -216,6 +214,7 @@ def test_finalize_retry_schedules_with_delay(backend):
     backend.job_insert_many(jobs=[ins()])
     [job] = fetch(backend)
     backend.job_finalize_many(
+        worker_id="w1",
         outcomes=[
             done(job, state="scheduled", outcome="retry", error="ValueError: x", retry_in_s=30)
         ]
@@ -232,6 +231,7 @@ def test_finalize_batch_applies_each_outcome(backend):
     backend.job_insert_many(jobs=[ins() for _ in range(3)])
     a, b, c = fetch(backend)
     accepted = backend.job_finalize_many(
+        worker_id="w1",
         outcomes=[
             done(a),
             done(b, state="failed", error="boom", traceback="tb"),
@@ -251,7 +251,7 @@ def test_release_returns_job_without_consuming_an_attempt(backend):
     assert backend.job_release_many(leases=[Lease(job.id, job.lease_token)]) == [job.id]
     got = backend.job_get(job_id=job.id)
     assert (got.state, got.attempts, got.lease_owner) == ("available", 0, None)
-    assert backend.job_finalize_many(outcomes=[done(job)]) == []  # released lease is dead
+    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == []  # released lease is dead
 
 
 # -- leases -------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ def test_rescue_requeues_expired_leases_counting_the_attempt(backend):
     [lost] = backend.job_attempts(job_id=job.id)
     assert (lost.outcome, lost.worker_id) == ("lost", "w1")
     # the old holder is fenced out: its completion and heartbeat are refused
-    assert backend.job_finalize_many(outcomes=[done(job)]) == []
+    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == []
     assert (
         backend.worker_heartbeat(
             worker=_worker(), lease_s=30, leases=[Lease(job.id, job.lease_token)]
@@ -335,7 +335,7 @@ def test_cancel_only_jobs_not_started(backend):
 def test_retry_gives_a_failed_job_another_attempt(backend):
     backend.job_insert_many(jobs=[ins(max_attempts=1)])
     [job] = fetch(backend)
-    backend.job_finalize_many(outcomes=[done(job, state="failed", error="x")])
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job, state="failed", error="x")])
     assert backend.job_retry(job_id=job.id) is True
     got = backend.job_get(job_id=job.id)
     assert (got.state, got.max_attempts) == ("available", 2)

@@ -53,3 +53,18 @@ def test_bad_arguments_fail_at_send_and_write_nothing(tmp_path):
     with pytest.raises(ConfigError, match="priority must be an integer"):
         t.send(1, priority="high")
     assert app.counts() == []
+
+
+def test_sync_pool_runs_submissions_concurrently_up_to_its_size():
+    import threading
+
+    from conveyor.runtime.pool import DaemonPool
+
+    pool = DaemonPool(3)
+    gate = threading.Barrier(3, timeout=5)  # passes only if three run at once
+    futures = [pool.submit(gate.wait) for _ in range(3)]
+    assert sorted(f.result(timeout=10) for f in futures) == [0, 1, 2]
+    again = [pool.submit(lambda i=i: i) for i in range(6)]  # reuses idle threads
+    assert [f.result(timeout=10) for f in again] == list(range(6))
+    assert len(pool._threads) == 3
+    pool.shutdown()

@@ -9,7 +9,6 @@ PG_ONLY = {
     "job_finalize_many",
     "job_release_many",
     "job_rescue_expired",
-    "notify",
     "migration_lock",
 }
 SQLITE_ONLY = {

@@ -63,8 +63,6 @@ class Finalize:
     job_id: int
     token: str
     state: str
-    worker_id: str
-    started_at: datetime | None
     outcome: str
     result_json: str | None = None
     error: str | None = None
@@ -159,10 +157,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def job_finalize_many(
-        self, *, outcomes: Sequence[Finalize], now: datetime | None = None
+        self, *, worker_id: str, outcomes: Sequence[Finalize], now: datetime | None = None
     ) -> list[int]:
-        """Record ends of attempts; return the ids accepted. An outcome whose lease
-        is no longer held changes nothing (fencing)."""
+        """Record the ends of ``worker_id``'s attempts; return the ids accepted. An
+        outcome whose lease is no longer held changes nothing (fencing)."""
 
     @abc.abstractmethod
     def job_release_many(

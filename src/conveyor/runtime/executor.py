@@ -23,6 +23,8 @@ from ..task import Task
 from .context import _current
 from .pool import DaemonPool
 
+_ENCODE = json.JSONEncoder(allow_nan=False).encode  # one encoder, not one per result
+
 
 @dataclass
 class Outcome:
@@ -37,18 +39,12 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _finalize(job: Job, worker_id: str, **fields: Any) -> Finalize:
-    return Finalize(
-        job_id=job.id,
-        token=job.lease_token or "",
-        worker_id=worker_id,
-        started_at=job.started_at,
-        **fields,
-    )
+def _finalize(job: Job, **fields: Any) -> Finalize:
+    return Finalize(job_id=job.id, token=job.lease_token or "", **fields)
 
 
-def fail(job: Job, worker_id: str, error: str, tb: str | None = None) -> Finalize:
-    return _finalize(job, worker_id, state="failed", outcome="failed", error=error, traceback=tb)
+def fail(job: Job, error: str, tb: str | None = None) -> Finalize:
+    return _finalize(job, state="failed", outcome="failed", error=error, traceback=tb)
 
 
 async def run_handler(
@@ -62,6 +58,8 @@ async def run_handler(
     ``on_late`` (where fencing refuses it)."""
     token = _current.set(job)
     try:
+        if task.is_async and not job.timeout:
+            return Outcome(result=await task.fn(*job.args, **job.kwargs))
         if task.is_async:
             deadline = asyncio.timeout(job.timeout)
             try:
@@ -97,42 +95,28 @@ def _outcome_of(fut: Any) -> Outcome:
     return Outcome(exc=exc) if exc is not None else Outcome(result=fut.result())
 
 
-def classify(task: Task | None, job: Job, outcome: Outcome, worker_id: str) -> Finalize:
+def classify(task: Task | None, job: Job, outcome: Outcome) -> Finalize:
     """Turn an outcome into the job's next state."""
     if outcome.exc is None:
         try:
-            result_json = json.dumps(outcome.result, allow_nan=False)
+            result_json = _ENCODE(outcome.result)
         except (TypeError, ValueError) as exc:
-            return fail(
-                job, worker_id, f"handler returned a value that cannot be stored as JSON: {exc}"
-            )
-        return _finalize(
-            job, worker_id, state="succeeded", outcome="succeeded", result_json=result_json
-        )
+            return fail(job, f"handler returned a value that cannot be stored as JSON: {exc}")
+        return _finalize(job, state="succeeded", outcome="succeeded", result_json=result_json)
     exc = outcome.exc
     error = describe(exc)
     tb = "".join(traceback.format_exception(exc))
     if isinstance(exc, Permanent):
-        return fail(job, worker_id, f"{error} (permanent: not retried)", tb)
+        return fail(job, f"{error} (permanent: not retried)", tb)
     retry_on = task.defaults.retry_on if task else (Exception,)
     if not isinstance(exc, retry_on):
         names = ", ".join(r.__name__ for r in retry_on)
-        return fail(job, worker_id, f"{error} (not in retry_on=({names}): not retried)", tb)
+        return fail(job, f"{error} (not in retry_on=({names}): not retried)", tb)
     if job.attempts >= job.max_attempts:
-        return fail(
-            job,
-            worker_id,
-            f"{error} (attempt {job.attempts} of {job.max_attempts}: no attempts left)",
-            tb,
-        )
+        left = f"attempt {job.attempts} of {job.max_attempts}: no attempts left"
+        return fail(job, f"{error} ({left})", tb)
     backoff = Backoff.from_dict(job.backoff) or (task.defaults.backoff if task else Backoff())
     delay = backoff.delay(job.attempts)
     return _finalize(
-        job,
-        worker_id,
-        state="scheduled",
-        outcome="retry",
-        error=error,
-        traceback=tb,
-        retry_in_s=delay,
+        job, state="scheduled", outcome="retry", error=error, traceback=tb, retry_in_s=delay
     )

@@ -337,14 +337,13 @@ class Worker:
                 known = ", ".join(sorted(self.app.tasks)) or "none"
                 outcome = fail(
                     job,
-                    self.id,
                     f"UnknownTask: no handler named {job.task!r} in this "
                     f"worker (registered: {known}); not retried",
                 )
             else:
                 late = functools.partial(self._late_result, task, job)
                 result = await run_handler(task, job, self._pool, late)
-                outcome = classify(task, job, result, self.id)
+                outcome = classify(task, job, result)
         except asyncio.CancelledError:
             self._finished(job)
             return
@@ -368,7 +367,7 @@ class Worker:
         """From a sync handler's thread, after its timeout was already recorded."""
         if self._loop is None or self._loop.is_closed():
             return
-        late = classify(task, job, outcome, self.id)
+        late = classify(task, job, outcome)
 
         def submit() -> None:
             log.warning(
@@ -403,7 +402,9 @@ class Worker:
 
     # -- recording outcomes ---------------------------------------------------------------
     async def _write_outcomes(self, batch: list[Finalize]) -> list[int]:
-        return await self._db("complete", self.app.backend.job_finalize_many, outcomes=batch)
+        return await self._db(
+            "complete", self.app.backend.job_finalize_many, worker_id=self.id, outcomes=batch
+        )
 
     def _outcome_written(self, o: Finalize, accepted: bool) -> None:
         if self.leases.get(o.job_id) == o.token:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -11,6 +12,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool
 
 from ...errors import ConfigError, DatabaseUnavailable
@@ -34,10 +36,20 @@ log = logging.getLogger("conveyor.postgres")
 Q = load_queries(__package__ or "conveyor.backends.postgres")
 MIGRATIONS = load_migrations(__package__ or "conveyor.backends.postgres")
 CHANNEL = "conveyor_jobs"
+# Without keys no row can conflict, and ON CONFLICT checking costs ~10% of a bulk insert.
+if "ON CONFLICT DO NOTHING" not in Q["job_insert_many"]:
+    raise RuntimeError("job_insert_many lost its ON CONFLICT clause")
+KEYLESS_INSERT = Q["job_insert_many"].replace("ON CONFLICT DO NOTHING", "")
 
 
 def _json(value: Any) -> Any:
-    return value  # psycopg decodes jsonb itself
+    return None if value is None else json.loads(value)  # jsonb arrives as text: see _configure
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Hand jsonb back as text: both dialects then decode JSON the same way, and a
+    JSON string result is never mistaken for an encoded document."""
+    conn.adapters.register_loader("jsonb", TextLoader)
 
 
 def _ts(value: Any) -> datetime | None:
@@ -75,6 +87,7 @@ def _insert_params(jobs: Sequence[JobInsert], now: datetime | None) -> dict[str,
         "idempotency_key": [j.idempotency_key for j in jobs],
         "delay_s": [float(j.delay_s) for j in jobs],
         "now": now,
+        "channel": CHANNEL,
     }
 
 
@@ -149,6 +162,7 @@ class PostgresBackend(Backend):
             min_size=1,
             max_size=max_connections,
             kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=_configure,
             open=True,
             name="conveyor",
         )
@@ -159,6 +173,20 @@ class PostgresBackend(Backend):
 
     def close(self) -> None:
         self.pool.close()
+
+    @contextmanager
+    def _cursor(self, conn: Any = None) -> Iterator[psycopg.Cursor[Any]]:
+        """The caller's connection (inside their transaction), else one of ours in
+        autocommit: every statement through it is atomic on its own."""
+        if conn is not None:
+            with self._tx(conn) as cur:
+                yield cur
+            return
+        try:
+            with self.pool.connection() as c, c.cursor() as cur:
+                yield cur
+        except psycopg.OperationalError as exc:
+            raise _connect_error(self.url, exc) from exc
 
     @contextmanager
     def _tx(self, conn: Any = None) -> Iterator[psycopg.Cursor[Any]]:
@@ -178,12 +206,17 @@ class PostgresBackend(Backend):
         except psycopg.OperationalError as exc:
             raise _connect_error(self.url, exc) from exc
 
+    def _run(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One statement in autocommit: a single round trip, no BEGIN/COMMIT."""
+        try:
+            with self.pool.connection() as c:
+                cur = c.execute(Q[query], params)
+                return cur.fetchall() if cur.description else []
+        except psycopg.OperationalError as exc:
+            raise _connect_error(self.url, exc) from exc
+
     def notifier(self) -> Notifier:
         return PostgresNotifier(self.url)
-
-    def _notify(self, cur: psycopg.Cursor[Any], queues: set[str]) -> None:
-        if queues:
-            cur.execute(Q["notify"], {"channel": CHANNEL, "queues": sorted(queues)})
 
     # -- schema -----------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -214,11 +247,12 @@ class PostgresBackend(Backend):
     ) -> list[Inserted]:
         if not jobs:
             return []
-        with self._tx(conn) as cur:
+        keyed = any(j.unique_key or j.idempotency_key for j in jobs)
+        query = Q["job_insert_many"] if keyed else KEYLESS_INSERT
+        with self._cursor(conn) as cur:
 
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
-                rows = cur.execute(Q["job_insert_many"], _insert_params(subset, now)).fetchall()
-                woken.update(r["queue"] for r in rows if r["state"] == "available")
+                rows = cur.execute(query, _insert_params(subset, now)).fetchall()
                 return [(r["id"], (r["unique_key"], r["idempotency_key"])) for r in rows]
 
             def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
@@ -227,11 +261,7 @@ class PostgresBackend(Backend):
                 ).fetchall()
                 return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in found]
 
-            woken: set[str] = set()
-            result = insert_resolving(jobs, insert, find)
-            # Delivered at commit, so a rolled-back enqueue wakes nobody.
-            self._notify(cur, woken)
-        return result
+            return insert_resolving(jobs, insert, find)
 
     # -- workers -----------------------------------------------------------------------
     def job_fetch_available(
@@ -245,42 +275,41 @@ class PostgresBackend(Backend):
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
-        with self._tx() as cur:
-            rows = cur.execute(
-                Q["job_fetch_available"],
-                {
-                    "queues": list(queues),
-                    "worker_id": worker_id,
-                    "limit": limit,
-                    "lease_s": lease_s,
-                    "now": now,
-                },
-            ).fetchall()
+        rows = self._run(
+            "job_fetch_available",
+            {
+                "queues": list(queues),
+                "worker_id": worker_id,
+                "limit": limit,
+                "lease_s": float(lease_s),
+                "now": now,
+            },
+        )
         jobs = [job_from_row(r, _ts, _json) for r in rows]
         order = {q: i for i, q in enumerate(queues)}
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
         return jobs
 
     def job_finalize_many(
-        self, *, outcomes: Sequence[Finalize], now: datetime | None = None
+        self, *, worker_id: str, outcomes: Sequence[Finalize], now: datetime | None = None
     ) -> list[int]:
         if not outcomes:
             return []
-        params = {
-            "id": [o.job_id for o in outcomes],
-            "token": [o.token for o in outcomes],
-            "state": [o.state for o in outcomes],
-            "result": [o.result_json for o in outcomes],
-            "error": [o.error for o in outcomes],
-            "traceback": [o.traceback for o in outcomes],
-            "retry_in_s": [o.retry_in_s for o in outcomes],
-            "worker_id": [o.worker_id for o in outcomes],
-            "started_at": [o.started_at for o in outcomes],
-            "outcome": [o.outcome for o in outcomes],
-            "now": now,
-        }
-        with self._tx() as cur:
-            rows = cur.execute(Q["job_finalize_many"], params).fetchall()
+        rows = self._run(
+            "job_finalize_many",
+            {
+                "id": [o.job_id for o in outcomes],
+                "token": [o.token for o in outcomes],
+                "state": [o.state for o in outcomes],
+                "result": [o.result_json for o in outcomes],
+                "error": [o.error for o in outcomes],
+                "traceback": [o.traceback for o in outcomes],
+                "retry_in_s": [o.retry_in_s for o in outcomes],
+                "outcome": [o.outcome for o in outcomes],
+                "worker_id": worker_id,
+                "now": now,
+            },
+        )
         return [r["job_id"] for r in rows]
 
     def job_release_many(
@@ -288,12 +317,14 @@ class PostgresBackend(Backend):
     ) -> list[int]:
         if not leases:
             return []
-        with self._tx() as cur:
-            rows = cur.execute(
-                Q["job_release_many"],
-                {"id": [le.job_id for le in leases], "token": [le.token for le in leases]},
-            ).fetchall()
-            self._notify(cur, {r["queue"] for r in rows})
+        rows = self._run(
+            "job_release_many",
+            {
+                "id": [le.job_id for le in leases],
+                "token": [le.token for le in leases],
+                "channel": CHANNEL,
+            },
+        )
         return [r["id"] for r in rows]
 
     def worker_heartbeat(
@@ -304,43 +335,39 @@ class PostgresBackend(Backend):
         lease_s: float,
         now: datetime | None = None,
     ) -> list[int]:
-        with self._tx() as cur:
-            cur.execute(
-                Q["worker_upsert"],
-                {
-                    "id": worker.id,
-                    "hostname": worker.hostname,
-                    "pid": worker.pid,
-                    "queues": list(worker.queues),
-                    "concurrency": worker.concurrency,
-                    "now": now,
-                },
-            )
-            if not leases:
-                return []
-            rows = cur.execute(
-                Q["job_heartbeat"],
-                {
-                    "id": [le.job_id for le in leases],
-                    "token": [le.token for le in leases],
-                    "lease_s": lease_s,
-                    "now": now,
-                },
-            ).fetchall()
+        self._run(
+            "worker_upsert",
+            {
+                "id": worker.id,
+                "hostname": worker.hostname,
+                "pid": worker.pid,
+                "queues": list(worker.queues),
+                "concurrency": worker.concurrency,
+                "now": now,
+            },
+        )
+        if not leases:
+            return []
+        rows = self._run(
+            "job_heartbeat",
+            {
+                "id": [le.job_id for le in leases],
+                "token": [le.token for le in leases],
+                "lease_s": float(lease_s),
+                "now": now,
+            },
+        )
         return [r["id"] for r in rows]
 
     def worker_deregister(self, *, worker_id: str) -> None:
-        with self._tx() as cur:
-            cur.execute(Q["worker_delete"], {"id": worker_id})
+        self._run("worker_delete", {"id": worker_id})
 
     def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
-        with self._tx() as cur:
+        with self._cursor() as cur:
             cur.execute(Q["worker_prune_stale"], {"older_than_s": older_than_s, "now": now})
             return cur.rowcount
 
     def worker_list(self) -> list[WorkerInfo]:
-        with self._tx() as cur:
-            rows = cur.execute(Q["worker_list"]).fetchall()
         return [
             WorkerInfo(
                 id=r["id"],
@@ -351,30 +378,25 @@ class PostgresBackend(Backend):
                 started_at=r["started_at"],
                 last_seen_at=r["last_seen_at"],
             )
-            for r in rows
+            for r in self._run("worker_list")
         ]
 
     # -- maintenance -------------------------------------------------------------------
     def job_rescue_expired(self, *, limit: int = 1000, now: datetime | None = None) -> RescueResult:
-        with self._tx() as cur:
-            rows = cur.execute(Q["job_rescue_expired"], {"limit": limit, "now": now}).fetchall()
-            self._notify(cur, {r["queue"] for r in rows if r["state"] == "available"})
+        rows = self._run("job_rescue_expired", {"limit": limit, "now": now, "channel": CHANNEL})
         return RescueResult(
             requeued=[r["id"] for r in rows if r["state"] == "available"],
             failed=[r["id"] for r in rows if r["state"] == "failed"],
         )
 
     def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
-        with self._tx() as cur:
-            rows = cur.execute(Q["job_schedule_due"], {"limit": limit, "now": now}).fetchall()
-            self._notify(cur, {r["queue"] for r in rows})
-        return len(rows)
+        rows = self._run("job_schedule_due", {"limit": limit, "now": now, "channel": CHANNEL})
+        return int(rows[0]["n"]) if rows else 0
 
     # -- inspection ------------------------------------------------------------------
     def job_get(self, *, job_id: int) -> Job | None:
-        with self._tx() as cur:
-            row = cur.execute(Q["job_get"], {"id": job_id}).fetchone()
-        return job_from_row(row, _ts, _json) if row else None
+        rows = self._run("job_get", {"id": job_id})
+        return job_from_row(rows[0], _ts, _json) if rows else None
 
     def job_list(
         self,
@@ -385,36 +407,20 @@ class PostgresBackend(Backend):
         limit: int = 50,
         before_id: int | None = None,
     ) -> list[Job]:
-        with self._tx() as cur:
-            rows = cur.execute(
-                Q["job_list"],
-                {
-                    "queue": queue,
-                    "state": state,
-                    "task": task,
-                    "limit": limit,
-                    "before_id": before_id,
-                },
-            ).fetchall()
+        rows = self._run(
+            "job_list",
+            {"queue": queue, "state": state, "task": task, "limit": limit, "before_id": before_id},
+        )
         return [job_from_row(r, _ts, _json) for r in rows]
 
     def job_attempts(self, *, job_id: int) -> list[Attempt]:
-        with self._tx() as cur:
-            rows = cur.execute(Q["job_attempts"], {"id": job_id}).fetchall()
-        return [attempt_from_row(r, _ts) for r in rows]
+        return [attempt_from_row(r, _ts) for r in self._run("job_attempts", {"id": job_id})]
 
     def job_retry(self, *, job_id: int, now: datetime | None = None) -> bool:
-        with self._tx() as cur:
-            rows = cur.execute(Q["job_retry"], {"id": job_id, "now": now}).fetchall()
-            self._notify(cur, {r["queue"] for r in rows})
-        return bool(rows)
+        return bool(self._run("job_retry", {"id": job_id, "now": now, "channel": CHANNEL}))
 
     def job_cancel(self, *, job_id: int, now: datetime | None = None) -> bool:
-        with self._tx() as cur:
-            rows = cur.execute(Q["job_cancel"], {"id": job_id, "now": now}).fetchall()
-        return bool(rows)
+        return bool(self._run("job_cancel", {"id": job_id, "now": now}))
 
     def queue_counts(self) -> list[QueueCount]:
-        with self._tx() as cur:
-            rows = cur.execute(Q["queue_counts"]).fetchall()
-        return [QueueCount(r["queue"], r["state"], r["n"]) for r in rows]
+        return [QueueCount(r["queue"], r["state"], r["n"]) for r in self._run("queue_counts")]

@@ -287,7 +287,7 @@ class SQLiteBackend(Backend):
         return jobs
 
     def job_finalize_many(
-        self, *, outcomes: Sequence[Finalize], now: datetime | None = None
+        self, *, worker_id: str, outcomes: Sequence[Finalize], now: datetime | None = None
     ) -> list[int]:
         if not outcomes:
             return []
@@ -314,8 +314,8 @@ class SQLiteBackend(Backend):
                     {
                         "job_id": o.job_id,
                         "attempt": row["attempt"],
-                        "worker_id": o.worker_id,
-                        "started_at": o.started_at.timestamp() if o.started_at else None,
+                        "worker_id": worker_id,
+                        "started_at": row["started_at"],
                         "now": ts,
                         "outcome": o.outcome,
                         "error": o.error,

@@ -51,7 +51,7 @@ SET state = :state,
     finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, attempt
+RETURNING id, attempt, started_at
 
 -- name: attempt_insert
 INSERT INTO conveyor_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error, traceback)

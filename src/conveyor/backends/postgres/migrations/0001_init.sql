@@ -42,8 +42,6 @@ CREATE UNIQUE INDEX conveyor_jobs_unique_key_idx ON conveyor_jobs (unique_key)
 CREATE UNIQUE INDEX conveyor_jobs_idempotency_key_idx ON conveyor_jobs (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
-CREATE INDEX conveyor_jobs_state_idx ON conveyor_jobs (state, queue);
-
 -- One row per ended attempt. No foreign key: checking it on every completion
 -- costs drain throughput, and pruning deletes attempts with their job.
 CREATE TABLE conveyor_attempts (

@@ -38,8 +38,6 @@ CREATE UNIQUE INDEX conveyor_jobs_unique_key_idx ON conveyor_jobs (unique_key)
 CREATE UNIQUE INDEX conveyor_jobs_idempotency_key_idx ON conveyor_jobs (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
-CREATE INDEX conveyor_jobs_state_idx ON conveyor_jobs (state, queue);
-
 CREATE TABLE conveyor_attempts (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id      INTEGER NOT NULL,
