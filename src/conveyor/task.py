@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .backends.base import JobInsert
@@ -116,6 +116,9 @@ class Task:
                 f"task {name!r} has parameter(s) {sorted(clash)} with the same name as send() "
                 f"options; rename them (the send() options are {sorted(SEND_OPTIONS)})"
             )
+        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values())
+        required = sum(p.default is p.empty for p in self.signature.parameters.values())
+        self._arity = (required, len(self.signature.parameters)) if plain else None
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
@@ -155,12 +158,20 @@ class Task:
     def _build(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], template: JobInsert
     ) -> JobInsert:
-        try:
-            self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise BadArguments(f"bad arguments for task {self.name!r}: {exc}") from None
+        if not self._fits(args, kwargs):
+            try:
+                self.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise BadArguments(f"bad arguments for task {self.name!r}: {exc}") from None
         encoded = encode_args(self.name, args, kwargs, self.app.max_payload_bytes)
-        return replace(template, args_json=encoded)
+        return template._replace(args_json=encoded)
+
+    def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Fast yes for the common call (positional arguments only, plain signature);
+        anything else goes through ``Signature.bind``, which also words the error."""
+        if kwargs or self._arity is None:
+            return False
+        return self._arity[0] <= len(args) <= self._arity[1]
 
     def _split(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in SEND_OPTIONS}

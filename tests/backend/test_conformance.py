@@ -190,7 +190,9 @@ def test_concurrent_claims_never_overlap(backend):
 def test_finalize_records_result_and_attempt(backend):
     backend.job_insert_many(jobs=[ins()])
     [job] = fetch(backend)
-    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job, result_json='{"ok": 1}')]) == [job.id]
+    assert backend.job_finalize_many(
+        worker_id="w1", outcomes=[done(job, result_json='{"ok": 1}')]
+    ) == [job.id]
     got = backend.job_get(job_id=job.id)
     assert (got.state, got.result, got.lease_token) == ("succeeded", {"ok": 1}, None)
     assert got.finished_at is not None
@@ -202,7 +204,9 @@ def test_finalize_records_result_and_attempt(backend):
 def test_finalize_with_a_stale_token_changes_nothing(backend):
     backend.job_insert_many(jobs=[ins()])
     [job] = fetch(backend)
-    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job, token="not-the-token")]) == []
+    assert (
+        backend.job_finalize_many(worker_id="w1", outcomes=[done(job, token="not-the-token")]) == []
+    )
     assert backend.job_get(job_id=job.id).state == "running"
     assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == [job.id]
     # a duplicate completion is refused: never counted succeeded twice
@@ -217,7 +221,7 @@ def test_finalize_retry_schedules_with_delay(backend):
         worker_id="w1",
         outcomes=[
             done(job, state="scheduled", outcome="retry", error="ValueError: x", retry_in_s=30)
-        ]
+        ],
     )
     got = backend.job_get(job_id=job.id)
     assert (got.state, got.error, got.attempts) == ("scheduled", "ValueError: x", 1)
@@ -236,7 +240,7 @@ def test_finalize_batch_applies_each_outcome(backend):
             done(a),
             done(b, state="failed", error="boom", traceback="tb"),
             done(c, token="stale"),
-        ]
+        ],
     )
     assert sorted(accepted) == sorted([a.id, b.id])
     assert backend.job_get(job_id=b.id).error == "boom"
@@ -251,7 +255,9 @@ def test_release_returns_job_without_consuming_an_attempt(backend):
     assert backend.job_release_many(leases=[Lease(job.id, job.lease_token)]) == [job.id]
     got = backend.job_get(job_id=job.id)
     assert (got.state, got.attempts, got.lease_owner) == ("available", 0, None)
-    assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == []  # released lease is dead
+    assert (
+        backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == []
+    )  # released lease is dead
 
 
 # -- leases -------------------------------------------------------------------------------
