@@ -52,12 +52,12 @@ class Lease:
     token: str
 
 
-@dataclass(frozen=True)
-class Finalize:
+class Finalize(NamedTuple):
     """End of one attempt, written only if the lease is still held.
 
     ``state`` is the job's next state: ``succeeded``, ``failed``, ``cancelled``, or
-    ``scheduled`` (a retry, due ``retry_in_s`` seconds after ``now``).
+    ``scheduled`` (a retry, due ``retry_in_s`` seconds after ``now``). A NamedTuple:
+    a busy worker makes one per job.
     """
 
     job_id: int

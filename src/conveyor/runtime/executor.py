@@ -51,7 +51,7 @@ async def run_handler(
     task: Task,
     job: Job,
     pool: DaemonPool,
-    on_late: Callable[[Outcome], None],
+    on_late: Callable[[Task, Job, Outcome], None],
 ) -> Outcome:
     """Run the handler. ``timeout`` bounds execution only. An async handler is
     cancelled at its timeout; a sync one cannot be, so its eventual result goes to
@@ -79,7 +79,7 @@ async def run_handler(
             return Outcome(result=await asyncio.wait_for(asyncio.shield(fut), job.timeout))
         except TimeoutError:
             if not cf.done():
-                cf.add_done_callback(lambda f: on_late(_outcome_of(f)))
+                cf.add_done_callback(lambda f: on_late(task, job, _outcome_of(f)))
                 return Outcome(exc=JobTimeout(f"{task.name} exceeded its {job.timeout:g}s timeout"))
             return _outcome_of(cf)
     except asyncio.CancelledError:

@@ -327,7 +327,7 @@ class Worker:
             # again before the heartbeat noticed: the old run is superseded.
             self._abandon(previous, "claimed again under a new lease")
         self.leases[job.id] = job.lease_token or ""
-        task = asyncio.create_task(self._run_job(job), name=f"job-{job.id}")
+        task = asyncio.create_task(self._run_job(job))
         self.running[job.id] = Running(job, task)
 
     async def _run_job(self, job: Job) -> None:
@@ -341,8 +341,7 @@ class Worker:
                     f"worker (registered: {known}); not retried",
                 )
             else:
-                late = functools.partial(self._late_result, task, job)
-                result = await run_handler(task, job, self._pool, late)
+                result = await run_handler(task, job, self._pool, self._late_result)
                 outcome = classify(task, job, result)
         except asyncio.CancelledError:
             self._finished(job)

@@ -53,7 +53,7 @@ class SQLiteNotifier(Notifier):
     """SQLite has no LISTEN: watch ``PRAGMA data_version``, which moves whenever
     another connection commits. Costs one trivial read per ``interval``."""
 
-    def __init__(self, backend: SQLiteBackend, interval: float = 0.02) -> None:
+    def __init__(self, backend: SQLiteBackend, interval: float = 0.01) -> None:
         self._conn = backend._new_connection()
         self._interval = interval
         self._last = self._version()
