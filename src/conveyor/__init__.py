@@ -1,6 +1,7 @@
 """Conveyor: a durable task queue and batch-job engine on SQLite or PostgreSQL."""
 
 from .app import Conveyor
+from .batch import Batch
 from .errors import (
     BadArguments,
     ConfigError,
@@ -13,14 +14,19 @@ from .errors import (
     SerializationError,
     UnknownTask,
 )
+from .flow import Chain, ChainFailed, NextStage, Step
 from .job import Attempt, Job, JobState
 from .retry import Backoff
 from .runtime.context import current_job
+from .task import Task
 
 __all__ = [
     "Attempt",
     "Backoff",
     "BadArguments",
+    "Batch",
+    "Chain",
+    "ChainFailed",
     "ConfigError",
     "Conveyor",
     "ConveyorError",
@@ -29,11 +35,25 @@ __all__ = [
     "JobNotFound",
     "JobState",
     "JobTimeout",
+    "NextStage",
     "Permanent",
     "SchemaError",
     "SerializationError",
+    "Step",
+    "Task",
     "UnknownTask",
+    "chain",
     "current_job",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+
+def chain(*steps: Step | Task, conn: object = None) -> Chain:
+    """``conveyor.chain(a.s(x), b.s(), c.s())``: each step is enqueued when the
+    previous one succeeds and receives its result as first argument."""
+    if not steps:
+        raise ConfigError("a chain needs at least one step")
+    first = steps[0]
+    app = first.task.app if isinstance(first, Step) else first.app
+    return app.chain(*steps, conn=conn)

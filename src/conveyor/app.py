@@ -11,7 +11,9 @@ from typing import Any, overload
 
 from .backends import open_backend
 from .backends.base import Backend, JobInsert, QueueCount
+from .batch import Batch
 from .errors import ConfigError, JobNotFound, SchemaError
+from .flow import Chain, Step, start_chain
 from .job import Job, JobState
 from .retry import Backoff
 from .task import Task, TaskDefaults
@@ -229,6 +231,25 @@ class Conveyor:
             queue=queue, state=state, task=task, limit=limit, before_id=before_id
         )
         return [j.bind(self) for j in jobs]
+
+    def get_batch(self, batch_id: int) -> Batch:
+        record = self.backend.batch_get(batch_id=int(batch_id))
+        if record is None:
+            raise JobNotFound(f"no batch with id {batch_id}")
+        return Batch(record, True, self)
+
+    def list_batches(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[Batch]:
+        records = self.backend.batch_list(state=state, limit=limit, before_id=before_id)
+        return [Batch(r, True, self) for r in records]
+
+    def chain(self, *steps: Step | Task, conn: Any = None) -> Chain:
+        """Run steps one after another, each receiving the previous result."""
+        return start_chain(self, steps, conn=conn)
+
+    def get_chain(self, chain_id: int) -> Chain:
+        return Chain(self, int(chain_id))
 
     def retry_job(self, job_id: int) -> bool:
         return self.backend.job_retry(job_id=int(job_id))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .app import Conveyor
+    from .flow import Chain
 
 
 class JobState(StrEnum):
@@ -44,9 +45,10 @@ class Attempt:
     worker_id: str | None
     started_at: datetime | None
     finished_at: datetime
-    outcome: str  # succeeded | retry | failed | lost | cancelled
+    outcome: str  # succeeded | retry | failed | lost | cancelled | stage
     error: str | None = None
     traceback: str | None = None
+    stage: str | None = None
 
     @property
     def duration_s(self) -> float | None:
@@ -85,6 +87,16 @@ class Job:
     lease_owner: str | None = None
     lease_token: str | None = None
     lease_expires_at: datetime | None = None
+    #: the batch the job belongs to, if any
+    batch_id: int | None = None
+    #: data a multi-stage handler carries from one stage to the next (NextStage)
+    context: Any = None
+    #: chains: the first job of this job's chain, and the job run after this one
+    #: (0 once a failed step ended the chain)
+    chain_root: int | None = None
+    chain_next: int | None = None
+    #: steps still to run after this job, if it is part of a chain
+    chain: list[dict[str, Any]] | None = None
     _app: Conveyor | None = field(default=None, repr=False, compare=False)
 
     def bind(self, app: Conveyor) -> Job:
@@ -115,6 +127,13 @@ class Job:
             poll = min(poll * 1.5, 1.0)
             job = self.refresh()
         return job
+
+    def then(self, step: Any) -> Chain:
+        """Run ``step`` (``task.s(...)`` or a task) after this job succeeds, with this
+        job's result as its first argument. Returns the chain, to add more steps."""
+        from .flow import Chain
+
+        return Chain(self._require_app(), self.chain_root or self.id).then(step)
 
     def attempt_log(self) -> list[Attempt]:
         """Every recorded attempt, oldest first."""

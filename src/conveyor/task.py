@@ -7,6 +7,7 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .backends.base import JobInsert
@@ -16,6 +17,8 @@ from .retry import Backoff
 
 if TYPE_CHECKING:
     from .app import Conveyor
+    from .batch import Batch
+    from .flow import Step
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
@@ -166,6 +169,26 @@ class Task:
         encoded = encode_args(self.name, args, kwargs, self.app.max_payload_bytes)
         return template._replace(args_json=encoded)
 
+    def _inserts(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]], template: JobInsert
+    ) -> tuple[list[JobInsert], list[tuple[Sequence[Any], Mapping[str, Any]]]]:
+        inserts, payloads = [], []
+        for n, item in enumerate(items):
+            args: Sequence[Any]
+            kwargs: Mapping[str, Any]
+            if isinstance(item, Mapping):
+                args, kwargs = (), item
+            elif isinstance(item, list | tuple):
+                args, kwargs = item, {}
+            else:
+                raise TypeError(
+                    f"item {n} for task {self.name!r} is a {type(item).__name__}: pass a tuple "
+                    "of positional arguments (e.g. [(1,), (2,)]) or a dict of kwargs"
+                )
+            inserts.append(self._build(args, kwargs, template))
+            payloads.append((args, kwargs))
+        return inserts, payloads
+
     def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
         """Fast yes for the common call (positional arguments only, plain signature);
         anything else goes through ``Signature.bind``, which also words the error."""
@@ -187,6 +210,78 @@ class Task:
         insert = self.build(args, kwargs, **options)
         return self.app.insert_jobs([insert], conn=conn, payloads=[(args, kwargs)])[0]
 
+    def s(self, *args: Any, **kwargs: Any) -> Step:
+        """A call to make later, for chains: ``chain(a.s(1), b.s(), c.s(x=2))``. Send
+        options (``queue``, ``priority``, ...) among the keyword arguments apply to it."""
+        from .flow import Step
+
+        kwargs, options = self._split(kwargs)
+        options.pop("conn", None)
+        self.template(**options)  # options are checked now, not when the step runs
+        return Step(self, tuple(args), kwargs, options)
+
+    def batch(
+        self,
+        items: Iterable[Sequence[Any] | Mapping[str, Any]],
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        on_complete: Task | None = None,
+        conn: Any = None,
+        **options: Any,
+    ) -> Batch:
+        """Create a batch: the batch row and one job per item, in one transaction.
+
+        ``on_complete`` is a task called as ``on_complete(batch_id, counts)`` exactly
+        once when the batch closes. An ``idempotency_key`` seen before returns the
+        existing batch and writes nothing. ``conn`` joins the caller's transaction.
+        """
+        from .batch import Batch
+
+        if options.get("unique_key") or options.get("idempotency_key"):
+            raise ConfigError(
+                "batch items cannot share one unique_key/idempotency_key; "
+                "pass idempotency_key= for the batch itself"
+            )
+        _check_options(idempotency_key=idempotency_key)
+        if name is not None and not isinstance(name, str):
+            raise ConfigError(f"batch name must be a string, got {name!r}")
+        callback = None
+        if on_complete is not None:
+            if not isinstance(on_complete, Task):
+                raise ConfigError(f"on_complete must be a task, got {type(on_complete).__name__}")
+            on_complete.check_args((0, {}), {})  # it will be called as (batch_id, counts)
+            callback = json.dumps(on_complete.template()._asdict())
+        inserts, _ = self._inserts(items, self.template(**options))
+        batch_id, created = self.app.backend.batch_create(
+            name=name,
+            task=self.name,
+            idempotency_key=idempotency_key,
+            on_complete_json=callback,
+            jobs=inserts,
+            conn=conn,
+        )
+        if conn is not None and created:
+            # not committed yet: the batch is only visible inside the caller's transaction
+            from .backends.base import BatchRecord
+
+            record = BatchRecord(
+                id=batch_id,
+                name=name,
+                task=self.name,
+                total=len(inserts),
+                state="running",
+                idempotency_key=idempotency_key,
+                on_complete=None,
+                closings=0,
+                counts=None,
+                created_at=datetime.now(UTC),
+                finished_at=None,
+                cancelled_at=None,
+            )
+            return Batch(record, True, self.app)
+        return Batch(self.app.get_batch(batch_id).record, created, self.app)
+
     async def asend(self, *args: Any, **kwargs: Any) -> Job:
         """``send`` for async code: the database call runs in a thread."""
         return await asyncio.to_thread(self.send, *args, **kwargs)
@@ -199,18 +294,5 @@ class Task:
         conn = options.pop("conn", None)
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError("send_many cannot share one unique_key/idempotency_key across jobs")
-        template = self.template(**options)
-        inserts, payloads = [], []
-        for n, item in enumerate(items):
-            if isinstance(item, Mapping):
-                args, kwargs = (), item
-            elif isinstance(item, list | tuple):
-                args, kwargs = item, {}
-            else:
-                raise TypeError(
-                    f"send_many item {n} of task {self.name!r} is a {type(item).__name__}: "
-                    "pass a tuple of positional arguments (e.g. [(1,), (2,)]) or a dict of kwargs"
-                )
-            inserts.append(self._build(args, kwargs, template))
-            payloads.append((args, kwargs))
+        inserts, payloads = self._inserts(items, self.template(**options))
         return self.app.insert_jobs(inserts, conn=conn, payloads=payloads)

@@ -4,12 +4,16 @@ different shape; every difference is listed here with its reason."""
 from conveyor.backends.postgres import backend as pg
 from conveyor.backends.sqlite import backend as lite
 
-# PostgreSQL does the whole batch in one statement; SQLite runs one per row.
+# PostgreSQL does a whole batch (or a whole operation) in one statement with
+# CTEs; SQLite runs one statement per row, or several, under BEGIN IMMEDIATE.
 PG_ONLY = {
     "job_finalize_many",
     "job_release_many",
     "job_rescue_expired",
     "migration_lock",
+    "batch_cancel",
+    "batch_retry_failed",
+    "job_chain_append",  # jsonb ||; SQLite appends in Python under the write lock
 }
 SQLITE_ONLY = {
     "job_finalize_one",
@@ -19,6 +23,12 @@ SQLITE_ONLY = {
     "job_rescue_one",
     "data_version",
     "job_peek_available",
+    "batch_mark_cancelled",
+    "batch_cancel_jobs",
+    "batch_reopen",
+    "batch_retry_jobs",
+    "job_chain_get",
+    "job_chain_set",
 }
 
 

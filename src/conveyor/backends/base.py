@@ -33,6 +33,12 @@ class JobInsert(NamedTuple):
     backoff_json: str | None = None
     unique_key: str | None = None
     idempotency_key: str | None = None
+    batch_id: int | None = None
+    stage: str | None = None
+    context_json: str | None = None
+    #: steps still to run after this job: a JSON list of step templates
+    chain_json: str | None = None
+    chain_root: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,41 @@ class Finalize(NamedTuple):
     error: str | None = None
     traceback: str | None = None
     retry_in_s: float | None = None
+    #: the attempt number and stage this outcome ends (recorded with the attempt)
+    ran_attempt: int | None = None
+    ran_stage: str | None = None
+    #: outcome "stage": the job moves on to this stage, attempts start again
+    next_stage: str | None = None
+    context_json: str | None = None
+    priority: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    id: int
+    name: str | None
+    task: str
+    total: int
+    state: str
+    idempotency_key: str | None
+    on_complete: dict[str, Any] | None
+    closings: int
+    counts: dict[str, int] | None
+    created_at: datetime
+    finished_at: datetime | None
+    cancelled_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """A finished job whose chain has not been advanced yet."""
+
+    id: int
+    state: str
+    result_json: str | None
+    error: str | None
+    chain: list[dict[str, Any]]
+    chain_root: int | None
 
 
 @dataclass(frozen=True)
@@ -231,3 +272,85 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def queue_counts(self) -> list[QueueCount]:
         """Number of jobs per queue and state."""
+
+    # -- batches ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def batch_create(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+        jobs: Sequence[JobInsert],
+        conn: Any = None,
+        now: datetime | None = None,
+    ) -> tuple[int, bool]:
+        """The batch row and its jobs in one transaction; ``(batch_id, created)``. An
+        idempotency key seen before returns the existing batch and writes nothing."""
+
+    @abc.abstractmethod
+    def batch_get(self, *, batch_id: int) -> BatchRecord | None: ...
+
+    @abc.abstractmethod
+    def batch_list(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[BatchRecord]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def batch_progress(self, *, batch_id: int) -> dict[str, int]:
+        """Jobs of the batch per state: one GROUP BY over the (batch_id, state) index."""
+
+    @abc.abstractmethod
+    def batch_finished_jobs(
+        self, *, batch_id: int, after: tuple[datetime, int] | None = None, limit: int = 500
+    ) -> list[Job]:
+        """Finished jobs of the batch in order of (finished_at, id), after ``after``."""
+
+    @abc.abstractmethod
+    def batch_jobs(self, *, batch_id: int) -> list[Job]:
+        """Every job of the batch, in creation order."""
+
+    @abc.abstractmethod
+    def batch_cancel(self, *, batch_id: int, now: datetime | None = None) -> int:
+        """Cancel the batch's jobs that have not started; mark the batch cancelled once
+        the aggregator closes it. Returns the number of jobs cancelled."""
+
+    @abc.abstractmethod
+    def batch_retry_failed(self, *, batch_id: int, now: datetime | None = None) -> int:
+        """Failed jobs of the batch become available again and the batch reopens."""
+
+    @abc.abstractmethod
+    def batch_ready(self, *, limit: int = 100) -> list[int]:
+        """Open batches with nothing scheduled, available or running."""
+
+    @abc.abstractmethod
+    def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None:
+        """Count, decide the final state, and enqueue ``on_complete`` under an
+        idempotency key, in one transaction. ``None`` if not (or no longer) ready."""
+
+    # -- chains -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
+        """Add steps to run after the job; ``False`` if it was already advanced."""
+
+    @abc.abstractmethod
+    def job_chain_due(self, *, limit: int = 100) -> list[ChainLink]: ...
+
+    @abc.abstractmethod
+    def job_chain_advance(
+        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
+    ) -> int | None:
+        """Enqueue the next step (or, with ``None``, end the chain) and link it to the
+        job, in one transaction. Returns the next job's id."""
+
+    # -- leadership -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def leader_attempt_elect(
+        self, *, name: str, holder: str, ttl_s: float, now: datetime | None = None
+    ) -> bool:
+        """Take or renew the lease on ``name``; ``True`` while ``holder`` holds it."""
+
+    @abc.abstractmethod
+    def leader_resign(self, *, name: str, holder: str) -> None: ...

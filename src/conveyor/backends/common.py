@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import SchemaError
 from ..job import Attempt, Job, JobState
-from .base import Inserted, JobInsert
+from .base import BatchRecord, Inserted, JobInsert
 from .sqlfiles import Migration
 
 KeyPair = tuple[str | None, str | None]
@@ -122,6 +123,11 @@ def job_from_row(
         lease_owner=row["lease_owner"],
         lease_token=row["lease_token"],
         lease_expires_at=ts(row["lease_expires_at"]),
+        batch_id=row.get("batch_id"),
+        context=loads(row["context"]) if row.get("context") is not None else None,
+        chain_root=row.get("chain_root"),
+        chain_next=row.get("chain_next"),
+        chain=loads(row["chain"]) if row.get("chain") is not None else None,
     )
 
 
@@ -133,6 +139,49 @@ def attempt_from_row(row: dict[str, Any], ts: Callable[[Any], datetime | None]) 
         started_at=ts(row["started_at"]),
         finished_at=ts(row["finished_at"]) or datetime.now(UTC),
         outcome=row["outcome"],
+        stage=row.get("stage"),
         error=row["error"],
         traceback=row["traceback"],
     )
+
+
+def batch_from_row(
+    row: dict[str, Any], ts: Callable[[Any], datetime | None], loads: Callable[[Any], Any]
+) -> BatchRecord:
+    return BatchRecord(
+        id=row["id"],
+        name=row["name"],
+        task=row["task"],
+        total=row["total"],
+        state=row["state"],
+        idempotency_key=row["idempotency_key"],
+        on_complete=loads(row["on_complete"]) if row["on_complete"] is not None else None,
+        closings=row["closings"],
+        counts=loads(row["counts"]) if row["counts"] is not None else None,
+        created_at=ts(row["created_at"]) or datetime.now(UTC),
+        finished_at=ts(row["finished_at"]),
+        cancelled_at=ts(row["cancelled_at"]),
+    )
+
+
+def close_state(counts: dict[str, int], *, cancelled: bool) -> str | None:
+    """The state a batch closes in, or ``None`` while it still has work to do."""
+    if any(counts.get(s, 0) for s in ("scheduled", "available", "running")):
+        return None
+    if cancelled:
+        return "cancelled"
+    if counts.get("failed", 0) or counts.get("cancelled", 0):
+        return "completed_with_failures"
+    return "succeeded"
+
+
+def callback_insert(batch: BatchRecord) -> JobInsert | None:
+    """The ``on_complete`` job of a just-closed batch: ``callback(batch_id, counts)``.
+    Its idempotency key names the batch and the closing, so however many
+    aggregators try, each closing enqueues it once."""
+    if batch.on_complete is None or batch.state == "cancelled":
+        return None
+    template = JobInsert(**batch.on_complete)
+    args = json.dumps({"args": [batch.id, batch.counts or {}], "kwargs": {}})
+    key = f"conveyor:batch:{batch.id}:close:{batch.closings}"
+    return template._replace(args_json=args, idempotency_key=key, unique_key=None)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..backends.base import Finalize
 from ..errors import JobTimeout, Permanent
+from ..flow import NextStage
 from ..job import Job
 from ..retry import Backoff
 from ..task import Task
@@ -40,7 +41,13 @@ def describe(exc: BaseException) -> str:
 
 
 def _finalize(job: Job, **fields: Any) -> Finalize:
-    return Finalize(job_id=job.id, token=job.lease_token or "", **fields)
+    return Finalize(
+        job_id=job.id,
+        token=job.lease_token or "",
+        ran_attempt=job.attempts,
+        ran_stage=job.stage,
+        **fields,
+    )
 
 
 def fail(job: Job, error: str, tb: str | None = None) -> Finalize:
@@ -97,6 +104,8 @@ def _outcome_of(fut: Any) -> Outcome:
 
 def classify(task: Task | None, job: Job, outcome: Outcome) -> Finalize:
     """Turn an outcome into the job's next state."""
+    if outcome.exc is None and isinstance(outcome.result, NextStage):
+        return next_stage(job, outcome.result)
     if outcome.exc is None:
         try:
             result_json = _ENCODE(outcome.result)
@@ -119,4 +128,21 @@ def classify(task: Task | None, job: Job, outcome: Outcome) -> Finalize:
     delay = backoff.delay(job.attempts)
     return _finalize(
         job, state="scheduled", outcome="retry", error=error, traceback=tb, retry_in_s=delay
+    )
+
+
+def next_stage(job: Job, step: NextStage) -> Finalize:
+    """Back to the queue at the next stage, same id, attempts counted afresh."""
+    try:
+        context_json = _ENCODE(step.context)
+    except (TypeError, ValueError) as exc:
+        return fail(job, f"NextStage context cannot be stored as JSON: {exc}")
+    return _finalize(
+        job,
+        state="scheduled" if step.delay > 0 else "available",
+        outcome="stage",
+        next_stage=step.stage,
+        context_json=context_json,
+        retry_in_s=float(step.delay),
+        priority=step.priority,
     )

@@ -7,10 +7,12 @@ its rows with SKIP LOCKED, on SQLite passes serialise under the write lock.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
 from ..backends.base import Backend
+from ..flow import next_step_insert
 
 log = logging.getLogger("conveyor.maintenance")
 
@@ -44,3 +46,55 @@ class Maintenance:
 def _ids(ids: list[int]) -> str:
     shown = ", ".join(str(i) for i in ids[:10])
     return shown + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+
+
+@dataclass
+class FlowService:
+    """The aggregator: closes batches and advances chains. Every worker runs it,
+    but only the holder of the "flow" leader lease acts; when the holder dies its
+    lease expires and another worker takes over. Closing is exactly-once anyway
+    (the callback has an idempotency key), so a handover overlap is harmless."""
+
+    backend: Backend
+    holder: str
+    ttl_s: float = 10.0
+    is_leader: bool = False
+    _renewed: float = 0.0
+
+    def elect(self, now: datetime | None = None) -> bool:
+        """Take or renew the lease; leader or not, ask at most every ttl/3 (a wake-up
+        storm must not turn into a storm of election writes)."""
+        clock = time.monotonic()
+        if not self._renewed or clock - self._renewed > self.ttl_s / 3 or now is not None:
+            was = self.is_leader
+            self.is_leader = self.backend.leader_attempt_elect(
+                name="flow", holder=self.holder, ttl_s=self.ttl_s, now=now
+            )
+            self._renewed = clock
+            if self.is_leader and not was:
+                log.info("%s is now the flow leader (closes batches, advances chains)", self.holder)
+        return self.is_leader
+
+    def step(self, now: datetime | None = None) -> tuple[int, int]:
+        """One pass: (batches closed, chain links advanced). Loops call this; tests step it."""
+        if not self.elect(now):
+            return 0, 0
+        closed = 0
+        for batch_id in self.backend.batch_ready(limit=100):
+            batch = self.backend.batch_close(batch_id=batch_id, now=now)
+            if batch is not None:
+                closed += 1
+                log.info("batch %d %s closed: %s", batch.id, batch.name or "", batch.state)
+        advanced = 0
+        for link in self.backend.job_chain_due(limit=100):
+            nxt = None
+            if link.state == "succeeded" and link.chain:
+                nxt = next_step_insert(link.id, link.chain_root, link.result_json, link.chain)
+            self.backend.job_chain_advance(job_id=link.id, next_job=nxt, now=now)
+            advanced += 1
+        return closed, advanced
+
+    def resign(self) -> None:
+        if self.is_leader:
+            self.backend.leader_resign(name="flow", holder=self.holder)
+            self.is_leader = False

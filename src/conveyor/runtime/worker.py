@@ -28,7 +28,7 @@ from ..task import Task
 from .completer import Completer
 from .executor import Outcome, classify, fail, run_handler
 from .pool import DaemonPool
-from .services import Maintenance
+from .services import FlowService, Maintenance
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,6 +59,10 @@ class WorkerConfig:
     maintenance_s: float = 2.0
     #: exit once nothing is claimable and nothing is running
     burst: bool = False
+    #: how often the flow service (batch aggregator, chains) looks for work when no
+    #: notification arrives; its leader lease lasts flow_ttl_s unless renewed
+    flow_poll_s: float = 1.0
+    flow_ttl_s: float = 10.0
     worker_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -151,13 +155,14 @@ class Worker:
             )
         self._threads = {
             name: ThreadPoolExecutor(1, thread_name_prefix=f"conveyor-{name}")
-            for name in ("fetch", "complete", "heartbeat", "maintenance")
+            for name in ("fetch", "complete", "heartbeat", "maintenance", "flow")
         }
         self._pool = DaemonPool(cfg.concurrency)
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._slot_need = 1
         self._stop_event = asyncio.Event()
+        self._flow_wake = asyncio.Event()
         self._hard_event = asyncio.Event()
         self.completer = Completer(self._write_outcomes, self._outcome_written)
         self.completer.start()
@@ -194,6 +199,7 @@ class Worker:
             for name, coro in (
                 ("heartbeat", self._heartbeat_loop()),
                 ("maintenance", self._maintenance_loop()),
+                ("flow", self._flow_loop()),
             )
         ]
         try:
@@ -203,6 +209,12 @@ class Worker:
             for t in loops:
                 t.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            flow = getattr(self, "_flow", None)
+            if flow is not None:
+                try:  # hand leadership over now rather than when the lease expires
+                    await self._db("flow", flow.resign)
+                except Exception as exc:
+                    log.warning("could not resign flow leadership: %s", exc)
             self._stop_requested.set()
             notifier.close()  # waits for the listener's current wait() to return
             await asyncio.to_thread(listener.join, 5)
@@ -254,11 +266,16 @@ class Worker:
             except Exception:
                 time.sleep(0.5)
                 continue
-            if queues and ("*" in queues or queues & wanted) and self._loop is not None:
-                try:
-                    self._loop.call_soon_threadsafe(self._wake.set)
-                except RuntimeError:
-                    return  # loop closed
+            if not queues or self._loop is None:
+                continue
+            wake = [self._wake.set] if "*" in queues or queues & wanted else []
+            if "*" in queues or "@flow" in queues:
+                wake.append(self._flow_wake.set)
+            try:
+                for fn in wake:
+                    self._loop.call_soon_threadsafe(fn)
+            except RuntimeError:
+                return  # loop closed
 
     # -- claiming -----------------------------------------------------------------------
     def _free(self) -> int:
@@ -465,6 +482,24 @@ class Worker:
             except Exception as exc:
                 log.error("maintenance pass failed: %s", exc)
             await asyncio.sleep(self.config.maintenance_s)
+
+    async def _flow_loop(self) -> None:
+        """The batch aggregator and chain advancer; acts only while leader."""
+        cfg = self.config
+        service = FlowService(self.app.backend, holder=self.id, ttl_s=cfg.flow_ttl_s)
+        self._flow = service
+        while True:
+            self._flow_wake.clear()
+            try:
+                await self._db("flow", service.step)
+            except Exception as exc:
+                log.error("flow pass (batches, chains) failed: %s", exc)
+            # The leader wakes on "@flow" hints; the others only poll for the lease.
+            wait = cfg.flow_poll_s if service.is_leader else cfg.flow_ttl_s / 3
+            try:
+                await asyncio.wait_for(self._flow_wake.wait(), wait)
+            except TimeoutError:
+                pass
 
     # -- shutdown -------------------------------------------------------------------------
     async def _drain(self) -> None:

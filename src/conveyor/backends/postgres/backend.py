@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -19,6 +19,8 @@ from ...errors import ConfigError, DatabaseUnavailable
 from ...job import Attempt, Job
 from ..base import (
     Backend,
+    BatchRecord,
+    ChainLink,
     Finalize,
     Inserted,
     JobInsert,
@@ -28,7 +30,16 @@ from ..base import (
     RescueResult,
     WorkerInfo,
 )
-from ..common import KeyPair, attempt_from_row, check_schema, insert_resolving, job_from_row
+from ..common import (
+    KeyPair,
+    attempt_from_row,
+    batch_from_row,
+    callback_insert,
+    check_schema,
+    close_state,
+    insert_resolving,
+    job_from_row,
+)
 from ..sqlfiles import load_migrations, load_queries, split_statements
 
 log = logging.getLogger("conveyor.postgres")
@@ -74,21 +85,80 @@ def redact(url: str) -> str:
     return " ".join(f"{k}={v}" for k, v in info.items())
 
 
+# JobInsert field -> query parameter, for every column but args (always full).
+_INSERT_COLUMNS = {
+    "queue": "queue",
+    "task": "task",
+    "priority": "priority",
+    "max_attempts": "max_attempts",
+    "timeout_s": "timeout_s",
+    "backoff_json": "backoff",
+    "unique_key": "unique_key",
+    "idempotency_key": "idempotency_key",
+    "delay_s": "delay_s",
+    "batch_id": "batch_id",
+    "stage": "stage",
+    "context_json": "context",
+    "chain_json": "chain",
+    "chain_root": "chain_root",
+}
+_FLOAT_COLUMNS = frozenset({"delay_s", "timeout_s"})
+_FINALIZE_COLUMNS = (
+    "state",
+    "outcome",
+    "result_json",
+    "error",
+    "traceback",
+    "retry_in_s",
+    "ran_attempt",
+    "ran_stage",
+    "next_stage",
+    "context_json",
+    "priority",
+)
+
+
+def _spread(params: dict[str, Any], name: str, values: list[Any]) -> None:
+    """Send ``values`` as one scalar ``<name>_all`` when they are all equal (the
+    query coalesces the padded NULLs), else as a full array."""
+    first = values[0]
+    kind = type(first)
+    if all(v == first and type(v) is kind for v in values):
+        params[name], params[f"{name}_all"] = None, first
+    else:
+        params[name], params[f"{name}_all"] = values, None
+
+
 def _insert_params(jobs: Sequence[JobInsert], now: datetime | None) -> dict[str, Any]:
-    return {
-        "queue": [j.queue for j in jobs],
-        "task": [j.task for j in jobs],
-        "args": [j.args_json for j in jobs],
-        "priority": [j.priority for j in jobs],
-        "max_attempts": [j.max_attempts for j in jobs],
-        "timeout_s": [j.timeout_s for j in jobs],
-        "backoff": [j.backoff_json for j in jobs],
-        "unique_key": [j.unique_key for j in jobs],
-        "idempotency_key": [j.idempotency_key for j in jobs],
-        "delay_s": [float(j.delay_s) for j in jobs],
+    params: dict[str, Any] = {"args": [j.args_json for j in jobs], "now": now, "channel": CHANNEL}
+    for field, name in _INSERT_COLUMNS.items():
+        values = [getattr(j, field) for j in jobs]
+        if field in _FLOAT_COLUMNS:  # binary arrays must not mix int and float
+            values = [None if v is None else float(v) for v in values]
+        _spread(params, name, values)
+    return params
+
+
+def _finalize_params(
+    worker_id: str, outcomes: Sequence[Finalize], now: datetime | None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "id": [o.job_id for o in outcomes],
+        "token": [o.token for o in outcomes],
+        "worker_id": worker_id,
         "now": now,
         "channel": CHANNEL,
     }
+    for name in _FINALIZE_COLUMNS:
+        values = [getattr(o, name) for o in outcomes]
+        if name == "retry_in_s":
+            values = [None if v is None else float(v) for v in values]
+        _spread(params, name, values)
+    return params
+
+
+def _batch(row: dict[str, Any]) -> BatchRecord:
+    return batch_from_row(row, _ts, _json)
 
 
 class PostgresNotifier(Notifier):
@@ -295,21 +365,7 @@ class PostgresBackend(Backend):
     ) -> list[int]:
         if not outcomes:
             return []
-        rows = self._run(
-            "job_finalize_many",
-            {
-                "id": [o.job_id for o in outcomes],
-                "token": [o.token for o in outcomes],
-                "state": [o.state for o in outcomes],
-                "result": [o.result_json for o in outcomes],
-                "error": [o.error for o in outcomes],
-                "traceback": [o.traceback for o in outcomes],
-                "retry_in_s": [o.retry_in_s for o in outcomes],
-                "outcome": [o.outcome for o in outcomes],
-                "worker_id": worker_id,
-                "now": now,
-            },
-        )
+        rows = self._run("job_finalize_many", _finalize_params(worker_id, outcomes, now))
         return [r["job_id"] for r in rows]
 
     def job_release_many(
@@ -424,3 +480,151 @@ class PostgresBackend(Backend):
 
     def queue_counts(self) -> list[QueueCount]:
         return [QueueCount(r["queue"], r["state"], r["n"]) for r in self._run("queue_counts")]
+
+    # -- batches ------------------------------------------------------------------------
+    def batch_create(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+        jobs: Sequence[JobInsert],
+        conn: Any = None,
+        now: datetime | None = None,
+    ) -> tuple[int, bool]:
+        with self._tx(conn) as cur:
+            row = cur.execute(
+                Q["batch_insert"],
+                {
+                    "name": name,
+                    "task": task,
+                    "total": len(jobs),
+                    "now": now,
+                    "idempotency_key": idempotency_key,
+                    "on_complete": on_complete_json,
+                },
+            ).fetchone()
+            if row is None:  # the key named an existing batch: return it, write nothing
+                found = cur.execute(
+                    Q["batch_find_by_key"], {"idempotency_key": idempotency_key}
+                ).fetchone()
+                return int(found["id"]), False
+            batch_id = int(row["id"])
+            if jobs:
+                stamped = [j._replace(batch_id=batch_id) for j in jobs]
+                keyed = any(j.unique_key or j.idempotency_key for j in jobs)
+                query = Q["job_insert_many"] if keyed else KEYLESS_INSERT
+                cur.execute(query, _insert_params(stamped, now))
+        return batch_id, True
+
+    def batch_get(self, *, batch_id: int) -> BatchRecord | None:
+        rows = self._run("batch_get", {"id": batch_id})
+        return _batch(rows[0]) if rows else None
+
+    def batch_list(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[BatchRecord]:
+        rows = self._run("batch_list", {"state": state, "limit": limit, "before_id": before_id})
+        return [_batch(r) for r in rows]
+
+    def batch_progress(self, *, batch_id: int) -> dict[str, int]:
+        return {r["state"]: int(r["n"]) for r in self._run("batch_progress", {"id": batch_id})}
+
+    def batch_finished_jobs(
+        self, *, batch_id: int, after: tuple[datetime, int] | None = None, limit: int = 500
+    ) -> list[Job]:
+        after_at, after_id = after or (datetime.min.replace(tzinfo=UTC), 0)
+        rows = self._run(
+            "batch_finished_jobs",
+            {"id": batch_id, "after_at": after_at, "after_id": after_id, "limit": limit},
+        )
+        return [job_from_row(r, _ts, _json) for r in rows]
+
+    def batch_jobs(self, *, batch_id: int) -> list[Job]:
+        return [job_from_row(r, _ts, _json) for r in self._run("batch_jobs", {"id": batch_id})]
+
+    def batch_cancel(self, *, batch_id: int, now: datetime | None = None) -> int:
+        rows = self._run("batch_cancel", {"id": batch_id, "now": now, "channel": CHANNEL})
+        return int(rows[0]["n"])
+
+    def batch_retry_failed(self, *, batch_id: int, now: datetime | None = None) -> int:
+        rows = self._run("batch_retry_failed", {"id": batch_id, "now": now, "channel": CHANNEL})
+        return int(rows[0]["n"])
+
+    def batch_ready(self, *, limit: int = 100) -> list[int]:
+        return [int(r["id"]) for r in self._run("batch_ready", {"limit": limit})]
+
+    def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None:
+        with self._tx() as cur:
+            row = cur.execute(Q["batch_lock_open"], {"id": batch_id}).fetchone()
+            if row is None:
+                return None
+            counts = {
+                r["state"]: int(r["n"])
+                for r in cur.execute(Q["batch_progress"], {"id": batch_id}).fetchall()
+            }
+            state = close_state(counts, cancelled=row["cancelled_at"] is not None)
+            if state is None:
+                return None  # work came back (retry_failed) since batch_ready looked
+            closed = cur.execute(
+                Q["batch_mark_closed"],
+                {
+                    "id": batch_id,
+                    "state": state,
+                    "counts": json.dumps(counts),
+                    "now": now,
+                },
+            ).fetchone()
+            callback = callback_insert(_batch(closed))
+            if callback is not None:
+                cur.execute(Q["job_insert_many"], _insert_params([callback], now))
+        return _batch(closed)
+
+    # -- chains -------------------------------------------------------------------------
+    def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
+        return bool(self._run("job_chain_append", {"id": job_id, "steps": steps_json}))
+
+    def job_chain_due(self, *, limit: int = 100) -> list[ChainLink]:
+        return [
+            ChainLink(
+                id=r["id"],
+                state=r["state"],
+                result_json=r["result"],
+                error=r["error"],
+                chain=json.loads(r["chain"]),
+                chain_root=r["chain_root"],
+            )
+            for r in self._run("job_chain_due", {"limit": limit})
+        ]
+
+    def job_chain_advance(
+        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
+    ) -> int | None:
+        with self._tx() as cur:
+            next_id = 0
+            if next_job is not None:
+                rows = cur.execute(Q["job_insert_many"], _insert_params([next_job], now)).fetchall()
+                if rows:
+                    next_id = int(rows[0]["id"])
+                else:  # advanced before (its idempotency key exists): link to that job
+                    found = cur.execute(
+                        Q["job_find_by_keys"],
+                        {"unique_keys": [], "idempotency_keys": [next_job.idempotency_key]},
+                    ).fetchone()
+                    next_id = int(found["id"])
+            cur.execute(Q["job_chain_link"], {"id": job_id, "next_id": next_id})
+        return next_id or None
+
+    # -- leadership -----------------------------------------------------------------------
+    def leader_attempt_elect(
+        self, *, name: str, holder: str, ttl_s: float, now: datetime | None = None
+    ) -> bool:
+        rows = self._run(
+            "leader_attempt_elect",
+            {"name": name, "holder": holder, "ttl_s": float(ttl_s), "now": now},
+        )
+        return bool(rows)
+
+    def leader_resign(self, *, name: str, holder: str) -> None:
+        self._run("leader_resign", {"name": name, "holder": holder})

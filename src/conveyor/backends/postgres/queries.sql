@@ -6,6 +6,10 @@
 
 -- name: job_insert_many
 -- One statement for the whole chunk: arrays in, unnest, one row per job.
+-- A column whose value is the same for every job of the chunk (queue, task,
+-- options, batch id: all of them, for send_many) travels as one scalar
+-- %(x_all)s beside an empty array; unnest pads the short arrays with NULLs and
+-- coalesce() fills them in. Only args always travels as a full array.
 -- WITH ORDINALITY + ORDER BY makes ids follow input order, which is how the
 -- caller maps returned ids back to its inputs. ON CONFLICT DO NOTHING (no
 -- target) covers both the unique_key and the idempotency_key indexes; the
@@ -14,20 +18,42 @@
 -- so an enqueue rolled back with the caller's transaction wakes nobody.
 WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), v AS (
+    SELECT i.ord, i.args,
+           coalesce(i.queue, %(queue_all)s::text) AS queue,
+           coalesce(i.task, %(task_all)s::text) AS task,
+           coalesce(i.priority, %(priority_all)s::int) AS priority,
+           coalesce(i.max_attempts, %(max_attempts_all)s::int) AS max_attempts,
+           coalesce(i.timeout_s, %(timeout_s_all)s::float8) AS timeout_s,
+           coalesce(i.backoff, %(backoff_all)s::jsonb) AS backoff,
+           coalesce(i.unique_key, %(unique_key_all)s::text) AS unique_key,
+           coalesce(i.idempotency_key, %(idempotency_key_all)s::text) AS idempotency_key,
+           coalesce(i.delay_s, %(delay_s_all)s::float8) AS delay_s,
+           coalesce(i.batch_id, %(batch_id_all)s::bigint) AS batch_id,
+           coalesce(i.stage, %(stage_all)s::text) AS stage,
+           coalesce(i.context, %(context_all)s::jsonb) AS context,
+           coalesce(i.chain, %(chain_all)s::jsonb) AS chain,
+           coalesce(i.chain_root, %(chain_root_all)s::bigint) AS chain_root
+    FROM unnest(%(args)b::text[]::jsonb[], %(queue)b::text[], %(task)b::text[],
+                %(priority)b::int[], %(max_attempts)b::int[], %(timeout_s)b::float8[],
+                %(backoff)b::text[]::jsonb[], %(unique_key)b::text[],
+                %(idempotency_key)b::text[], %(delay_s)b::float8[], %(batch_id)b::bigint[],
+                %(stage)b::text[], %(context)b::text[]::jsonb[], %(chain)b::text[]::jsonb[],
+                %(chain_root)b::bigint[])
+         WITH ORDINALITY AS i(args, queue, task, priority, max_attempts, timeout_s, backoff,
+                              unique_key, idempotency_key, delay_s, batch_id, stage, context,
+                              chain, chain_root, ord)
 ), ins AS (
     INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
-                               backoff, unique_key, idempotency_key, created_at, scheduled_at)
-    SELECT i.queue, i.task, i.args,
-           CASE WHEN i.delay_s > 0 THEN 'scheduled' ELSE 'available' END,
-           i.priority, i.max_attempts, i.timeout_s, i.backoff, i.unique_key, i.idempotency_key,
-           t.now, t.now + make_interval(secs => i.delay_s)
-    FROM unnest(%(queue)b::text[], %(task)b::text[], %(args)b::text[]::jsonb[], %(priority)b::int[],
-                %(max_attempts)b::int[], %(timeout_s)b::float8[], %(backoff)b::text[]::jsonb[],
-                %(unique_key)b::text[], %(idempotency_key)b::text[], %(delay_s)b::float8[])
-         WITH ORDINALITY AS i(queue, task, args, priority, max_attempts, timeout_s, backoff,
-                              unique_key, idempotency_key, delay_s, ord),
-         t
-    ORDER BY i.ord
+                               backoff, unique_key, idempotency_key, batch_id, stage, context,
+                               chain, chain_root, created_at, scheduled_at)
+    SELECT v.queue, v.task, v.args,
+           CASE WHEN v.delay_s > 0 THEN 'scheduled' ELSE 'available' END,
+           v.priority, v.max_attempts, v.timeout_s, v.backoff, v.unique_key, v.idempotency_key,
+           v.batch_id, v.stage, v.context, v.chain, v.chain_root,
+           t.now, t.now + make_interval(secs => v.delay_s)
+    FROM v, t
+    ORDER BY v.ord
     ON CONFLICT DO NOTHING
     RETURNING id, unique_key, idempotency_key, state, queue
 ), woken AS (
@@ -83,18 +109,35 @@ WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, NULL::text AS result, j.error, j.lease_owner, j.lease_token,
-          j.lease_expires_at, j.created_at, j.scheduled_at, j.started_at, j.finished_at
+          j.lease_expires_at, j.created_at, j.scheduled_at, j.started_at, j.finished_at,
+          j.batch_id, j.context::text AS context, j.chain_root
 
 -- name: job_finalize_many
 -- Fencing: a row is only touched while it is still running under the token the
 -- outcome carries; the attempt is recorded for exactly the rows that were.
--- One worker writes one batch, so worker_id is a scalar; started_at is read
--- from the row rather than sent back.
+-- Columns the same for the whole batch of outcomes travel as scalars (see
+-- job_insert_many). Outcome "stage" moves the job to its next stage with a
+-- fresh attempt count. Jobs that became available wake workers of their queue;
+-- finished jobs of a batch or chain wake the flow service ("@flow").
 WITH i AS (
-    SELECT * FROM unnest(%(id)b::bigint[], %(token)b::text[], %(state)b::text[],
-                         %(result)b::text[]::jsonb[], %(error)b::text[], %(traceback)b::text[],
-                         %(retry_in_s)b::float8[], %(outcome)b::text[])
-         AS i(id, token, state, result, error, traceback, retry_in_s, outcome)
+    SELECT u.id, u.token,
+           coalesce(u.state, %(state_all)s::text) AS state,
+           coalesce(u.outcome, %(outcome_all)s::text) AS outcome,
+           coalesce(u.result, %(result_json_all)s::jsonb) AS result,
+           coalesce(u.error, %(error_all)s::text) AS error,
+           coalesce(u.traceback, %(traceback_all)s::text) AS traceback,
+           coalesce(u.retry_in_s, %(retry_in_s_all)s::float8) AS retry_in_s,
+           coalesce(u.ran_attempt, %(ran_attempt_all)s::int) AS ran_attempt,
+           coalesce(u.ran_stage, %(ran_stage_all)s::text) AS ran_stage,
+           coalesce(u.next_stage, %(next_stage_all)s::text) AS next_stage,
+           coalesce(u.context, %(context_json_all)s::jsonb) AS context,
+           coalesce(u.priority, %(priority_all)s::int) AS priority
+    FROM unnest(%(id)b::bigint[], %(token)b::text[], %(state)b::text[], %(outcome)b::text[],
+                %(result_json)b::text[]::jsonb[], %(error)b::text[], %(traceback)b::text[],
+                %(retry_in_s)b::float8[], %(ran_attempt)b::int[], %(ran_stage)b::text[],
+                %(next_stage)b::text[], %(context_json)b::text[]::jsonb[], %(priority)b::int[])
+         AS u(id, token, state, outcome, result, error, traceback, retry_in_s, ran_attempt,
+              ran_stage, next_stage, context, priority)
 ), t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), done AS (
@@ -103,18 +146,34 @@ WITH i AS (
         result = i.result,
         error = i.error,
         scheduled_at = CASE WHEN i.state = 'scheduled'
-                            THEN t.now + make_interval(secs => i.retry_in_s)
+                            THEN t.now + make_interval(secs => coalesce(i.retry_in_s, 0))
+                            WHEN i.outcome = 'stage' THEN t.now
                             ELSE j.scheduled_at END,
         finished_at = CASE WHEN i.state IN ('succeeded', 'failed', 'cancelled') THEN t.now END,
+        stage = CASE WHEN i.outcome = 'stage' THEN i.next_stage ELSE j.stage END,
+        context = CASE WHEN i.outcome = 'stage' THEN i.context ELSE j.context END,
+        attempt = CASE WHEN i.outcome = 'stage' THEN 0 ELSE j.attempt END,
+        priority = coalesce(i.priority, j.priority),
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM i, t
     WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-    RETURNING j.id, j.attempt, j.started_at
+    RETURNING j.id, j.queue, j.state, j.attempt, j.started_at,
+              (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
+), woken AS (
+    SELECT pg_notify(%(channel)s, q) FROM (
+        SELECT DISTINCT queue AS q FROM done WHERE state = 'available'
+        UNION
+        SELECT '@flow' FROM done WHERE flow AND state IN ('succeeded', 'failed', 'cancelled')
+    ) s
+), logged AS (
+    INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
+                                   outcome, error, traceback)
+    SELECT done.id, coalesce(i.ran_attempt, done.attempt), i.ran_stage, %(worker_id)s, done.started_at, t.now,
+           i.outcome, i.error, i.traceback
+    FROM done JOIN i ON i.id = done.id, t
+    RETURNING job_id
 )
-INSERT INTO conveyor_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error, traceback)
-SELECT done.id, done.attempt, %(worker_id)s, done.started_at, t.now, i.outcome, i.error, i.traceback
-FROM done JOIN i ON i.id = done.id, t
-RETURNING job_id
+SELECT job_id, (SELECT count(*) FROM woken) AS notified FROM logged
 
 -- name: job_release_many
 -- Graceful shutdown: give the job back and un-count the attempt it was on.
@@ -179,13 +238,19 @@ WITH expired AS (
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM expired e, t
     WHERE j.id = e.id
-    RETURNING j.id, j.state, j.attempt, j.queue, j.error
+    RETURNING j.id, j.state, j.attempt, j.stage, j.queue, j.error,
+              (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), logged AS (
-    INSERT INTO conveyor_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error)
-    SELECT m.id, m.attempt, e.lease_owner, e.started_at, t.now, 'lost', m.error
+    INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
+                                   outcome, error)
+    SELECT m.id, m.attempt, m.stage, e.lease_owner, e.started_at, t.now, 'lost', m.error
     FROM moved m JOIN expired e ON e.id = m.id, t
 ), woken AS (
-    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue AS q FROM moved WHERE state = 'available') s
+    SELECT pg_notify(%(channel)s, q) FROM (
+        SELECT DISTINCT queue AS q FROM moved WHERE state = 'available'
+        UNION
+        SELECT '@flow' FROM moved WHERE flow AND state = 'failed'
+    ) s
 )
 SELECT id, state, (SELECT count(*) FROM woken) AS notified FROM moved
 
@@ -259,3 +324,129 @@ INSERT INTO conveyor_schema_version (version, name) VALUES (%(version)s, %(name)
 -- name: migration_lock
 -- Two processes migrating at once: the second waits, then finds nothing to do.
 SELECT pg_advisory_xact_lock(7262837501)
+
+-- name: batch_insert
+-- ON CONFLICT on the idempotency key: a request seen before returns no row,
+-- and the backend then returns the existing batch without inserting jobs.
+INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete, created_at)
+VALUES (%(name)s, %(task)s, %(total)s, 'running', %(idempotency_key)s, %(on_complete)s::jsonb,
+        coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: batch_find_by_key
+SELECT id FROM conveyor_batches WHERE idempotency_key = %(idempotency_key)s
+
+-- name: batch_get
+SELECT * FROM conveyor_batches WHERE id = %(id)s
+
+-- name: batch_list
+SELECT * FROM conveyor_batches
+WHERE (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: batch_progress
+-- One GROUP BY over the (batch_id, state) index: no counters on the batch row.
+SELECT state, count(*) AS n FROM conveyor_jobs WHERE batch_id = %(id)s GROUP BY state
+
+-- name: batch_finished_jobs
+SELECT * FROM conveyor_jobs
+WHERE batch_id = %(id)s AND state IN ('succeeded', 'failed', 'cancelled')
+  AND (finished_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+ORDER BY finished_at, id
+LIMIT %(limit)s
+
+-- name: batch_jobs
+SELECT * FROM conveyor_jobs WHERE batch_id = %(id)s ORDER BY id
+
+-- name: batch_cancel
+-- Pending jobs are cancelled now; running ones finish; the aggregator then
+-- closes the batch as cancelled (cancelled_at) and runs no callback.
+WITH b AS (
+    UPDATE conveyor_batches SET cancelled_at = coalesce(%(now)s::timestamptz, now())
+    WHERE id = %(id)s AND state = 'running'
+    RETURNING id
+), cancelled AS (
+    UPDATE conveyor_jobs j
+    SET state = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
+        error = 'cancelled with its batch'
+    FROM b
+    WHERE j.batch_id = b.id AND j.state IN ('scheduled', 'available')
+    RETURNING j.id
+), woken AS (
+    SELECT pg_notify(%(channel)s, '@flow') FROM b
+)
+SELECT (SELECT count(*) FROM cancelled) AS n, (SELECT count(*) FROM woken) AS notified
+
+-- name: batch_retry_failed
+-- Reopen the batch (state running, a new closing number keys the next callback)
+-- and give each failed job one more attempt.
+WITH b AS (
+    UPDATE conveyor_batches SET state = 'running', finished_at = NULL, counts = NULL,
+                                cancelled_at = NULL
+    WHERE id = %(id)s AND EXISTS (SELECT 1 FROM conveyor_jobs
+                                  WHERE batch_id = %(id)s AND state = 'failed')
+    RETURNING id
+), moved AS (
+    UPDATE conveyor_jobs j
+    SET state = 'available', max_attempts = greatest(j.max_attempts, j.attempt + 1),
+        scheduled_at = coalesce(%(now)s::timestamptz, now()), finished_at = NULL
+    FROM b
+    WHERE j.batch_id = b.id AND j.state = 'failed'
+    RETURNING j.queue
+), woken AS (
+    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue AS q FROM moved) s
+)
+SELECT (SELECT count(*) FROM moved) AS n, (SELECT count(*) FROM woken) AS notified
+
+-- name: batch_ready
+SELECT b.id FROM conveyor_batches b
+WHERE b.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM conveyor_jobs j
+                  WHERE j.batch_id = b.id AND j.state IN ('scheduled', 'available', 'running'))
+ORDER BY b.id
+LIMIT %(limit)s
+
+-- name: batch_lock_open
+-- Row lock for the closing transaction: a second aggregator (a leader handover
+-- overlap) waits here and then finds the batch closed.
+SELECT * FROM conveyor_batches WHERE id = %(id)s AND state = 'running' FOR UPDATE
+
+-- name: batch_mark_closed
+UPDATE conveyor_batches
+SET state = %(state)s, counts = %(counts)s::jsonb, closings = closings + 1,
+    finished_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s AND state = 'running'
+RETURNING *
+
+-- name: job_chain_append
+-- Steps are added to the tail; refused once the flow service advanced the job.
+UPDATE conveyor_jobs SET chain = coalesce(chain, '[]'::jsonb) || %(steps)s::jsonb
+WHERE id = %(id)s AND chain_next IS NULL
+RETURNING id
+
+-- name: job_chain_due
+SELECT id, state, result::text AS result, error, chain::text AS chain, chain_root
+FROM conveyor_jobs
+WHERE chain IS NOT NULL AND chain_next IS NULL AND state IN ('succeeded', 'failed', 'cancelled')
+ORDER BY id
+LIMIT %(limit)s
+
+-- name: job_chain_link
+-- 0 marks a chain that ended here (a failed or cancelled step).
+UPDATE conveyor_jobs SET chain_next = %(next_id)s WHERE id = %(id)s AND chain_next IS NULL
+RETURNING id
+
+-- name: leader_attempt_elect
+-- Take the lease if it is free or expired, renew it if it is ours.
+INSERT INTO conveyor_leaders (name, holder, expires_at)
+VALUES (%(name)s, %(holder)s, coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(ttl_s)s))
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE conveyor_leaders.holder = excluded.holder
+   OR conveyor_leaders.expires_at < coalesce(%(now)s::timestamptz, now())
+RETURNING holder
+
+-- name: leader_resign
+DELETE FROM conveyor_leaders WHERE name = %(name)s AND holder = %(holder)s

@@ -16,6 +16,8 @@ from ...errors import ConfigError, DatabaseUnavailable
 from ...job import Attempt, Job
 from ..base import (
     Backend,
+    BatchRecord,
+    ChainLink,
     Finalize,
     Inserted,
     JobInsert,
@@ -25,7 +27,16 @@ from ..base import (
     RescueResult,
     WorkerInfo,
 )
-from ..common import KeyPair, attempt_from_row, check_schema, insert_resolving, job_from_row
+from ..common import (
+    KeyPair,
+    attempt_from_row,
+    batch_from_row,
+    callback_insert,
+    check_schema,
+    close_state,
+    insert_resolving,
+    job_from_row,
+)
 from ..sqlfiles import load_migrations, load_queries, split_statements
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
@@ -219,22 +230,7 @@ class SQLiteBackend(Backend):
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
                 out = []
                 for j in subset:
-                    row = cur.execute(
-                        Q["job_insert_many"],
-                        {
-                            "queue": j.queue,
-                            "task": j.task,
-                            "args": j.args_json,
-                            "priority": j.priority,
-                            "max_attempts": j.max_attempts,
-                            "timeout_s": j.timeout_s,
-                            "backoff": j.backoff_json,
-                            "unique_key": j.unique_key,
-                            "idempotency_key": j.idempotency_key,
-                            "delay_s": float(j.delay_s),
-                            "now": ts,
-                        },
-                    ).fetchone()
+                    row = cur.execute(Q["job_insert_many"], {**j._asdict(), "now": ts}).fetchone()
                     if row:
                         out.append((row["id"], (row["unique_key"], row["idempotency_key"])))
                 return out
@@ -295,25 +291,16 @@ class SQLiteBackend(Backend):
         accepted: list[int] = []
         with self._tx() as cur:
             for o in outcomes:
-                row = cur.execute(
-                    Q["job_finalize_one"],
-                    {
-                        "id": o.job_id,
-                        "token": o.token,
-                        "state": o.state,
-                        "result": o.result_json,
-                        "error": o.error,
-                        "retry_in_s": o.retry_in_s or 0.0,
-                        "now": ts,
-                    },
-                ).fetchone()
+                params = {**o._asdict(), "id": o.job_id, "now": ts}
+                row = cur.execute(Q["job_finalize_one"], params).fetchone()
                 if row is None:
                     continue  # lease no longer held: refused, nothing changed
                 cur.execute(
                     Q["attempt_insert"],
                     {
                         "job_id": o.job_id,
-                        "attempt": row["attempt"],
+                        "attempt": o.ran_attempt or row["attempt"],
+                        "stage": o.ran_stage,
                         "worker_id": worker_id,
                         "started_at": row["started_at"],
                         "now": ts,
@@ -411,6 +398,7 @@ class SQLiteBackend(Backend):
                     {
                         "job_id": row["id"],
                         "attempt": row["attempt"],
+                        "stage": row["stage"],
                         "worker_id": e["lease_owner"],
                         "started_at": e["started_at"],
                         "now": ts,
@@ -473,3 +461,191 @@ class SQLiteBackend(Backend):
         with self._tx(write=False) as cur:
             rows = cur.execute(Q["queue_counts"]).fetchall()
         return [QueueCount(r["queue"], r["state"], r["n"]) for r in rows]
+
+    # -- batches ------------------------------------------------------------------------
+    def _insert_rows(self, cur: sqlite3.Cursor, jobs: Sequence[JobInsert], ts: float) -> list[int]:
+        ids = []
+        for j in jobs:
+            row = cur.execute(Q["job_insert_many"], {**j._asdict(), "now": ts}).fetchone()
+            if row is not None:
+                ids.append(int(row["id"]))
+        return ids
+
+    def batch_create(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+        jobs: Sequence[JobInsert],
+        conn: Any = None,
+        now: datetime | None = None,
+    ) -> tuple[int, bool]:
+        ts = _epoch(now)
+        with self._tx(conn) as cur:
+            row = cur.execute(
+                Q["batch_insert"],
+                {
+                    "name": name,
+                    "task": task,
+                    "total": len(jobs),
+                    "now": ts,
+                    "idempotency_key": idempotency_key,
+                    "on_complete": on_complete_json,
+                },
+            ).fetchone()
+            if row is None:  # the key named an existing batch: return it, write nothing
+                found = cur.execute(
+                    Q["batch_find_by_key"], {"idempotency_key": idempotency_key}
+                ).fetchone()
+                return int(found["id"]), False
+            batch_id = int(row["id"])
+            self._insert_rows(cur, [j._replace(batch_id=batch_id) for j in jobs], ts)
+        return batch_id, True
+
+    def batch_get(self, *, batch_id: int) -> BatchRecord | None:
+        with self._tx(write=False) as cur:
+            row = cur.execute(Q["batch_get"], {"id": batch_id}).fetchone()
+        return batch_from_row(row, _ts, _json) if row else None
+
+    def batch_list(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[BatchRecord]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(
+                Q["batch_list"], {"state": state, "limit": limit, "before_id": before_id}
+            ).fetchall()
+        return [batch_from_row(r, _ts, _json) for r in rows]
+
+    def batch_progress(self, *, batch_id: int) -> dict[str, int]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(Q["batch_progress"], {"id": batch_id}).fetchall()
+        return {r["state"]: int(r["n"]) for r in rows}
+
+    def batch_finished_jobs(
+        self, *, batch_id: int, after: tuple[datetime, int] | None = None, limit: int = 500
+    ) -> list[Job]:
+        after_at, after_id = (after[0].timestamp(), after[1]) if after else (0.0, 0)
+        with self._tx(write=False) as cur:
+            rows = cur.execute(
+                Q["batch_finished_jobs"],
+                {"id": batch_id, "after_at": after_at, "after_id": after_id, "limit": limit},
+            ).fetchall()
+        return [job_from_row(r, _ts, _json) for r in rows]
+
+    def batch_jobs(self, *, batch_id: int) -> list[Job]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(Q["batch_jobs"], {"id": batch_id}).fetchall()
+        return [job_from_row(r, _ts, _json) for r in rows]
+
+    def batch_cancel(self, *, batch_id: int, now: datetime | None = None) -> int:
+        params = {"id": batch_id, "now": _epoch(now)}
+        with self._tx() as cur:
+            if cur.execute(Q["batch_mark_cancelled"], params).fetchone() is None:
+                return 0
+            return cur.execute(Q["batch_cancel_jobs"], params).rowcount
+
+    def batch_retry_failed(self, *, batch_id: int, now: datetime | None = None) -> int:
+        params = {"id": batch_id, "now": _epoch(now)}
+        with self._tx() as cur:
+            if cur.execute(Q["batch_reopen"], params).fetchone() is None:
+                return 0
+            return cur.execute(Q["batch_retry_jobs"], params).rowcount
+
+    def batch_ready(self, *, limit: int = 100) -> list[int]:
+        with self._tx(write=False) as cur:
+            return [int(r["id"]) for r in cur.execute(Q["batch_ready"], {"limit": limit})]
+
+    def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None:
+        ts = _epoch(now)
+        with self._tx() as cur:
+            row = cur.execute(Q["batch_lock_open"], {"id": batch_id}).fetchone()
+            if row is None:
+                return None
+            counts = {
+                r["state"]: int(r["n"])
+                for r in cur.execute(Q["batch_progress"], {"id": batch_id}).fetchall()
+            }
+            state = close_state(counts, cancelled=row["cancelled_at"] is not None)
+            if state is None:
+                return None
+            closed = batch_from_row(
+                cur.execute(
+                    Q["batch_mark_closed"],
+                    {
+                        "id": batch_id,
+                        "state": state,
+                        "counts": json.dumps(counts),
+                        "now": ts,
+                    },
+                ).fetchone(),
+                _ts,
+                _json,
+            )
+            callback = callback_insert(closed)
+            if callback is not None:
+                self._insert_rows(cur, [callback], ts)
+        return closed
+
+    # -- chains -------------------------------------------------------------------------
+    def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
+        with self._tx() as cur:
+            row = cur.execute(Q["job_chain_get"], {"id": job_id}).fetchone()
+            if row is None:
+                return False
+            chain = (json.loads(row["chain"]) if row["chain"] else []) + json.loads(steps_json)
+            cur.execute(Q["job_chain_set"], {"id": job_id, "chain": json.dumps(chain)})
+        return True
+
+    def job_chain_due(self, *, limit: int = 100) -> list[ChainLink]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(Q["job_chain_due"], {"limit": limit}).fetchall()
+        return [
+            ChainLink(
+                id=r["id"],
+                state=r["state"],
+                result_json=r["result"],
+                error=r["error"],
+                chain=json.loads(r["chain"]),
+                chain_root=r["chain_root"],
+            )
+            for r in rows
+        ]
+
+    def job_chain_advance(
+        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
+    ) -> int | None:
+        ts = _epoch(now)
+        with self._tx() as cur:
+            next_id = 0
+            if next_job is not None:
+                ids = self._insert_rows(cur, [next_job], ts)
+                if ids:
+                    next_id = ids[0]
+                else:  # advanced before (its idempotency key exists): link to that job
+                    found = cur.execute(
+                        Q["job_find_by_keys"],
+                        {
+                            "unique_keys": "[]",
+                            "idempotency_keys": json.dumps([next_job.idempotency_key]),
+                        },
+                    ).fetchone()
+                    next_id = int(found["id"])
+            cur.execute(Q["job_chain_link"], {"id": job_id, "next_id": next_id})
+        return next_id or None
+
+    # -- leadership -----------------------------------------------------------------------
+    def leader_attempt_elect(
+        self, *, name: str, holder: str, ttl_s: float, now: datetime | None = None
+    ) -> bool:
+        with self._tx() as cur:
+            row = cur.execute(
+                Q["leader_attempt_elect"],
+                {"name": name, "holder": holder, "ttl_s": ttl_s, "now": _epoch(now)},
+            ).fetchone()
+        return row is not None
+
+    def leader_resign(self, *, name: str, holder: str) -> None:
+        with self._tx() as cur:
+            cur.execute(Q["leader_resign"], {"name": name, "holder": holder})

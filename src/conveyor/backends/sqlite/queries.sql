@@ -7,10 +7,11 @@
 -- One row per execution inside one transaction (sqlite3 is in-process, so a
 -- statement costs microseconds, and RETURNING pairs each row with its input).
 INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
-                           backoff, unique_key, idempotency_key, created_at, scheduled_at)
-VALUES (:queue, :task, :args, CASE WHEN :delay_s > 0 THEN 'scheduled' ELSE 'available' END,
-        :priority, :max_attempts, :timeout_s, :backoff, :unique_key, :idempotency_key,
-        :now, :now + :delay_s)
+                           backoff, unique_key, idempotency_key, batch_id, stage, context,
+                           chain, chain_root, created_at, scheduled_at)
+VALUES (:queue, :task, :args_json, CASE WHEN :delay_s > 0 THEN 'scheduled' ELSE 'available' END,
+        :priority, :max_attempts, :timeout_s, :backoff_json, :unique_key, :idempotency_key,
+        :batch_id, :stage, :context_json, :chain_json, :chain_root, :now, :now + :delay_s)
 ON CONFLICT DO NOTHING
 RETURNING id, unique_key, idempotency_key, state, queue
 
@@ -42,20 +43,28 @@ WHERE id IN (
 RETURNING *
 
 -- name: job_finalize_one
--- Fencing: only while still running under the outcome's token.
+-- Fencing: only while still running under the outcome's token. Outcome "stage"
+-- moves the job to its next stage with a fresh attempt count.
 UPDATE conveyor_jobs
 SET state = :state,
-    result = :result,
+    result = :result_json,
     error = :error,
-    scheduled_at = CASE WHEN :state = 'scheduled' THEN :now + :retry_in_s ELSE scheduled_at END,
+    scheduled_at = CASE WHEN :state = 'scheduled' THEN :now + coalesce(:retry_in_s, 0)
+                        WHEN :outcome = 'stage' THEN :now
+                        ELSE scheduled_at END,
     finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled') THEN :now END,
+    stage = CASE WHEN :outcome = 'stage' THEN :next_stage ELSE stage END,
+    context = CASE WHEN :outcome = 'stage' THEN :context_json ELSE context END,
+    attempt = CASE WHEN :outcome = 'stage' THEN 0 ELSE attempt END,
+    priority = coalesce(:priority, priority),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, attempt, started_at
+RETURNING id, started_at, attempt
 
 -- name: attempt_insert
-INSERT INTO conveyor_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error, traceback)
-VALUES (:job_id, :attempt, :worker_id, :started_at, :now, :outcome, :error, :traceback)
+INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
+                               outcome, error, traceback)
+VALUES (:job_id, :attempt, :stage, :worker_id, :started_at, :now, :outcome, :error, :traceback)
 
 -- name: job_release_one
 -- Graceful shutdown: give the job back and un-count the attempt it was on.
@@ -107,7 +116,7 @@ SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END
     finished_at = CASE WHEN attempt >= max_attempts THEN :now END,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 WHERE id = :id AND state = 'running'
-RETURNING id, state, attempt, queue, error
+RETURNING id, state, attempt, stage, queue, error
 
 -- name: job_schedule_due
 UPDATE conveyor_jobs SET state = 'available'
@@ -174,3 +183,101 @@ SELECT 1 FROM conveyor_jobs
 WHERE queue IN (SELECT value FROM json_each(:queues))
   AND state IN ('available', 'scheduled') AND scheduled_at <= :now
 LIMIT 1
+
+-- name: batch_insert
+-- ON CONFLICT on the idempotency key: a request seen before returns no row.
+INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete, created_at)
+VALUES (:name, :task, :total, 'running', :idempotency_key, :on_complete, :now)
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: batch_find_by_key
+SELECT id FROM conveyor_batches WHERE idempotency_key = :idempotency_key
+
+-- name: batch_get
+SELECT * FROM conveyor_batches WHERE id = :id
+
+-- name: batch_list
+SELECT * FROM conveyor_batches
+WHERE (:state IS NULL OR state = :state)
+  AND (:before_id IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: batch_progress
+-- One GROUP BY over the (batch_id, state) index: no counters on the batch row.
+SELECT state, count(*) AS n FROM conveyor_jobs WHERE batch_id = :id GROUP BY state
+
+-- name: batch_finished_jobs
+SELECT * FROM conveyor_jobs
+WHERE batch_id = :id AND state IN ('succeeded', 'failed', 'cancelled')
+  AND (finished_at, id) > (:after_at, :after_id)
+ORDER BY finished_at, id
+LIMIT :limit
+
+-- name: batch_jobs
+SELECT * FROM conveyor_jobs WHERE batch_id = :id ORDER BY id
+
+-- name: batch_mark_cancelled
+UPDATE conveyor_batches SET cancelled_at = :now WHERE id = :id AND state = 'running'
+RETURNING id
+
+-- name: batch_cancel_jobs
+UPDATE conveyor_jobs
+SET state = 'cancelled', finished_at = :now, error = 'cancelled with its batch'
+WHERE batch_id = :id AND state IN ('scheduled', 'available')
+
+-- name: batch_reopen
+UPDATE conveyor_batches SET state = 'running', finished_at = NULL, counts = NULL, cancelled_at = NULL
+WHERE id = :id AND EXISTS (SELECT 1 FROM conveyor_jobs WHERE batch_id = :id AND state = 'failed')
+RETURNING id
+
+-- name: batch_retry_jobs
+UPDATE conveyor_jobs
+SET state = 'available', max_attempts = max(max_attempts, attempt + 1), scheduled_at = :now,
+    finished_at = NULL
+WHERE batch_id = :id AND state = 'failed'
+
+-- name: batch_ready
+SELECT b.id FROM conveyor_batches b
+WHERE b.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM conveyor_jobs j
+                  WHERE j.batch_id = b.id AND j.state IN ('scheduled', 'available', 'running'))
+ORDER BY b.id
+LIMIT :limit
+
+-- name: batch_lock_open
+-- (Under BEGIN IMMEDIATE the whole closing transaction holds the write lock.)
+SELECT * FROM conveyor_batches WHERE id = :id AND state = 'running'
+
+-- name: batch_mark_closed
+UPDATE conveyor_batches
+SET state = :state, counts = :counts, closings = closings + 1, finished_at = :now
+WHERE id = :id AND state = 'running'
+RETURNING *
+
+-- name: job_chain_get
+SELECT chain FROM conveyor_jobs WHERE id = :id AND chain_next IS NULL
+
+-- name: job_chain_set
+-- (SQLite has no jsonb ||: the backend appends in Python under the write lock.)
+UPDATE conveyor_jobs SET chain = :chain WHERE id = :id AND chain_next IS NULL
+
+-- name: job_chain_due
+SELECT id, state, result, error, chain, chain_root FROM conveyor_jobs
+WHERE chain IS NOT NULL AND chain_next IS NULL AND state IN ('succeeded', 'failed', 'cancelled')
+ORDER BY id
+LIMIT :limit
+
+-- name: job_chain_link
+UPDATE conveyor_jobs SET chain_next = :next_id WHERE id = :id AND chain_next IS NULL
+RETURNING id
+
+-- name: leader_attempt_elect
+INSERT INTO conveyor_leaders (name, holder, expires_at) VALUES (:name, :holder, :now + :ttl_s)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE conveyor_leaders.holder = excluded.holder OR conveyor_leaders.expires_at < :now
+RETURNING holder
+
+-- name: leader_resign
+DELETE FROM conveyor_leaders WHERE name = :name AND holder = :holder

@@ -1,0 +1,157 @@
+"""Batches: one call creates N independent jobs; the aggregator closes the batch."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .backends.base import BatchRecord
+from .job import Job
+
+if TYPE_CHECKING:
+    from .app import Conveyor
+
+PENDING = ("scheduled", "available")
+DONE = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch as read from the database. Progress is computed from its jobs
+    (one GROUP BY); the batch row itself only changes when the aggregator closes it."""
+
+    record: BatchRecord
+    created: bool = True  # False when an idempotency key returned an existing batch
+    _app: Conveyor | None = field(default=None, repr=False, compare=False)
+
+    # -- what it is -------------------------------------------------------------------
+    @property
+    def id(self) -> int:
+        return self.record.id
+
+    @property
+    def name(self) -> str | None:
+        return self.record.name
+
+    @property
+    def state(self) -> str:
+        """running | succeeded | completed_with_failures | cancelled"""
+        return self.record.state
+
+    @property
+    def total(self) -> int:
+        return self.record.total
+
+    @property
+    def finished(self) -> bool:
+        return self.record.state != "running"
+
+    @property
+    def counts(self) -> dict[str, int] | None:
+        """Final counts per job state, written when the batch closed."""
+        return self.record.counts
+
+    @property
+    def app(self) -> Conveyor:
+        if self._app is None:
+            raise RuntimeError("this Batch is not bound to an app; use app.get_batch(id)")
+        return self._app
+
+    def refresh(self) -> Batch:
+        return self.app.get_batch(self.id)
+
+    # -- where it stands ------------------------------------------------------------------
+    def progress(self) -> dict[str, Any]:
+        """``{"total", "succeeded", "failed", "cancelled", "running", "pending",
+        "percent", "eta_s", "state"}``, from one GROUP BY over the batch's jobs."""
+        counts = self.app.backend.batch_progress(batch_id=self.id)
+        done = sum(counts.get(s, 0) for s in DONE)
+        total = self.total
+        elapsed = (datetime.now(UTC) - self.record.created_at).total_seconds()
+        eta: float | None = None
+        if done >= total:
+            eta = 0
+        elif done and elapsed > 0:
+            eta = math.ceil((total - done) / (done / elapsed))
+        return {
+            "total": total,
+            "succeeded": counts.get("succeeded", 0),
+            "failed": counts.get("failed", 0),
+            "cancelled": counts.get("cancelled", 0),
+            "running": counts.get("running", 0),
+            "pending": sum(counts.get(s, 0) for s in PENDING),
+            "percent": 100 if total == 0 else math.floor(done * 100 / total),
+            "eta_s": eta,
+            "state": self.refresh().state,
+        }
+
+    def as_completed(self, timeout: float | None = None, poll: float = 0.05) -> Iterator[Job]:
+        """Each job of the batch as it finishes (succeeded, failed or cancelled),
+        before the batch as a whole is done; ends when every job has been seen.
+
+        Finish times come from concurrent transactions that may commit out of
+        order, so each poll looks back a little and skips jobs already seen."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen: set[int] = set()
+        cursor: tuple[datetime, int] | None = None
+        lookback = timedelta(seconds=2)
+        while len(seen) < self.total:
+            after = (cursor[0] - lookback, 0) if cursor else None
+            fresh = 0
+            while True:
+                page = self.app.backend.batch_finished_jobs(
+                    batch_id=self.id, after=after, limit=1000
+                )
+                for job in page:
+                    if job.id not in seen:
+                        seen.add(job.id)
+                        fresh += 1
+                        yield job.bind(self.app)
+                if len(page) < 1000:
+                    break
+                after = (page[-1].finished_at or datetime.now(UTC), page[-1].id)
+            if page:
+                cursor = (page[-1].finished_at or datetime.now(UTC), page[-1].id)
+            if len(seen) >= self.total:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"batch {self.id}: {len(seen)} of {self.total} jobs finished after {timeout}s"
+                )
+            if not fresh:
+                time.sleep(poll)
+
+    def wait(self, timeout: float | None = None, poll: float = 0.05) -> Batch:
+        """Block until the aggregator has closed the batch; return it fresh."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        batch = self.refresh()
+        while not batch.finished:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"batch {self.id} still running after {timeout}s")
+            time.sleep(poll)
+            poll = min(poll * 1.5, 0.5)
+            batch = self.refresh()
+        return batch
+
+    def jobs(self) -> list[Job]:
+        """Every job of the batch, in the order of the items."""
+        return [j.bind(self.app) for j in self.app.backend.batch_jobs(batch_id=self.id)]
+
+    def results(self) -> list[Any]:
+        """Each item's result in item order (``None`` for a job that did not succeed)."""
+        return [j.result if j.state == "succeeded" else None for j in self.jobs()]
+
+    # -- operator actions ------------------------------------------------------------------
+    def cancel(self) -> int:
+        """Cancel the jobs not started yet (running ones finish); the batch then
+        closes as cancelled and its callback does not run. Returns jobs cancelled."""
+        return self.app.backend.batch_cancel(batch_id=self.id)
+
+    def retry_failed(self) -> int:
+        """Give each failed job one more attempt and reopen the batch; its callback
+        runs again when it closes again. Returns jobs retried."""
+        return self.app.backend.batch_retry_failed(batch_id=self.id)

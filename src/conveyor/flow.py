@@ -1,0 +1,165 @@
+"""Multi-stage jobs and chains.
+
+A handler returns ``NextStage(...)`` to put the same job back in the queue at its
+next stage. A chain runs steps one after another, each receiving the previous
+result as its first argument; the flow service (runtime/services.py) enqueues
+each step when the previous one succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .backends.base import JobInsert
+from .errors import ConfigError, ConveyorError
+from .job import Job
+
+if TYPE_CHECKING:
+    from .app import Conveyor
+    from .task import Task
+
+
+@dataclass(frozen=True)
+class NextStage:
+    """Return this from a handler: the job goes back to the queue at ``stage``
+    (other jobs get their turn in between), keeps its id, carries ``context``
+    (read it with ``current_job().context``), and starts counting attempts
+    afresh. ``priority`` changes the job's priority from then on."""
+
+    stage: str
+    context: Any = None
+    delay: float = 0.0
+    priority: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stage, str) or not self.stage:
+            raise ConfigError(f"NextStage needs a non-empty stage name, got {self.stage!r}")
+        if self.delay < 0:
+            raise ConfigError(f"NextStage delay must be >= 0, got {self.delay}")
+
+
+@dataclass(frozen=True)
+class Step:
+    """A task call to make later: ``task.s(*args, **kwargs)``. In a chain, every step
+    after the first receives the previous step's result as its first argument."""
+
+    task: Task
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, *, receives_result: bool) -> None:
+        """Arguments must fit the handler now, not when the step finally runs."""
+        self.task.check_args((None, *self.args) if receives_result else self.args, self.kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        template = self.task.template(**self.options)._asdict()
+        template.pop("args_json")
+        return {**template, "args": list(self.args), "kwargs": dict(self.kwargs)}
+
+
+def next_step_insert(
+    link_id: int, chain_root: int | None, result_json: str | None, steps: Sequence[dict[str, Any]]
+) -> JobInsert:
+    """The job for ``steps[0]``, given the previous step's stored result."""
+    step, rest = dict(steps[0]), list(steps[1:])
+    args = [json.loads(result_json) if result_json else None, *step.pop("args")]
+    kwargs = step.pop("kwargs")
+    encoded = json.dumps({"args": args, "kwargs": kwargs}, separators=(",", ":"))
+    return JobInsert(**step, args_json=encoded)._replace(
+        chain_json=json.dumps(rest) if rest else None,
+        chain_root=chain_root or link_id,
+        # However often the flow service retries this link, it enqueues one job.
+        idempotency_key=f"conveyor:chain:{link_id}",
+        unique_key=None,
+    )
+
+
+class ChainFailed(ConveyorError):
+    """A step of the chain failed or was cancelled; later steps did not run."""
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Handle of a chain, named by its first job."""
+
+    app: Conveyor
+    id: int
+
+    def then(self, step: Step | Task) -> Chain:
+        """Add a step after the current last one."""
+        step = _as_step(step)
+        step.check(receives_result=True)
+        payload = json.dumps([step.to_dict()])
+        for _ in range(20):
+            tail = self.jobs()[-1]
+            if self.app.backend.job_chain_append(job_id=tail.id, steps_json=payload):
+                return self
+        raise ConveyorError(f"chain {self.id} kept moving on while adding a step; try again")
+
+    def jobs(self) -> list[Job]:
+        """The chain's jobs so far, first to last."""
+        jobs = [self.app.get_job(self.id)]
+        while jobs[-1].chain_next:
+            jobs.append(self.app.get_job(jobs[-1].chain_next))
+        return jobs
+
+    def status(self) -> tuple[str, Job]:
+        """("running" | "succeeded" | "failed" | "cancelled", the last job so far)."""
+        last = self.jobs()[-1]
+        if not last.state.finished:
+            return "running", last
+        if last.state != "succeeded":
+            return str(last.state), last
+        waiting = bool(last.chain) and last.chain_next is None  # the next step is due
+        return ("running" if waiting else "succeeded"), last
+
+    def wait(self, timeout: float | None = None, poll: float = 0.05) -> Job:
+        """Block until the chain ends; return its last job. Raises ``ChainFailed``
+        with the failing step's reason, or ``TimeoutError``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state, last = self.status()
+            if state == "succeeded":
+                return last
+            if state in ("failed", "cancelled"):
+                n = len(self.jobs())
+                raise ChainFailed(
+                    f"chain {self.id} stopped: step {n} ({last.task}) {state}: {last.error}"
+                )
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"chain {self.id} still running after {timeout}s")
+            time.sleep(poll)
+            poll = min(poll * 1.5, 0.5)
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.wait(timeout).result
+
+
+def _as_step(step: Step | Task) -> Step:
+    from .task import Task
+
+    if isinstance(step, Task):
+        return step.s()
+    if isinstance(step, Step):
+        return step
+    raise TypeError(f"a chain step is task.s(...) or a task, got {type(step).__name__}")
+
+
+def start_chain(app: Conveyor, steps: Sequence[Step | Task], conn: Any = None) -> Chain:
+    """Enqueue the first step now, carrying the others."""
+    if not steps:
+        raise ConfigError("a chain needs at least one step")
+    first, *rest = [_as_step(s) for s in steps]
+    first.check(receives_result=False)
+    for step in rest:
+        step.check(receives_result=True)
+    insert = first.task.build(first.args, first.kwargs, **first.options)
+    if rest:
+        insert = insert._replace(chain_json=json.dumps([s.to_dict() for s in rest]))
+    job = app.insert_jobs([insert], conn=conn, payloads=[(first.args, first.kwargs)])[0]
+    return Chain(app, job.id)
