@@ -70,7 +70,8 @@ def next_step_insert(
     args = [json.loads(result_json) if result_json else None, *step.pop("args")]
     kwargs = step.pop("kwargs")
     encoded = json.dumps({"args": args, "kwargs": kwargs}, separators=(",", ":"))
-    return JobInsert(**step, args_json=encoded)._replace(
+    known = {k: v for k, v in step.items() if k in JobInsert._fields and k != "args_json"}
+    return JobInsert(**known, args_json=encoded)._replace(
         chain_json=json.dumps(rest) if rest else None,
         chain_root=chain_root or link_id,
         # However often the flow service retries this link, it enqueues one job.

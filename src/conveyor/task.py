@@ -158,14 +158,18 @@ class Task:
             idempotency_key=options.get("idempotency_key"),
         )
 
-    def _build(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], template: JobInsert
-    ) -> JobInsert:
+    def check_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise ``BadArguments`` unless the handler accepts these arguments."""
         if not self._fits(args, kwargs):
             try:
                 self.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise BadArguments(f"bad arguments for task {self.name!r}: {exc}") from None
+
+    def _build(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], template: JobInsert
+    ) -> JobInsert:
+        self.check_args(args, kwargs)
         encoded = encode_args(self.name, args, kwargs, self.app.max_payload_bytes)
         return template._replace(args_json=encoded)
 

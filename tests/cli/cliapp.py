@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from conveyor import Backoff, Conveyor, Permanent
+from conveyor import Backoff, Conveyor, NextStage, Permanent, current_job
 
 
 def register(app: Conveyor) -> Conveyor:
@@ -28,6 +28,19 @@ def register(app: Conveyor) -> Conveyor:
     @app.task(max_attempts=2, backoff=Backoff(base=0.0, jitter=0.0))
     def always_fails() -> None:
         raise RuntimeError("still broken")
+
+    @app.task
+    def staged(n: int) -> int:
+        # Two stages: the first hands its context on to the second.
+        job = current_job()
+        if job.stage is None:
+            return NextStage("second", context={"n": n})
+        return job.context["n"] * 10
+
+    @app.task
+    def summarise(batch_id: int, counts: dict[str, int]) -> str:
+        # A batch's on_complete.
+        return f"batch {batch_id}: {sorted(counts.items())}"
 
     return app
 

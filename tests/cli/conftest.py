@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
+from conveyor import Conveyor
 from conveyor.cli.main import cli
+
+from . import cliapp
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_APP = "tests.cli.cliapp:app"
@@ -45,3 +49,36 @@ def subprocess_env() -> dict[str, str]:
 
 def conveyor_cmd(*args: str) -> Sequence[str]:
     return [sys.executable, "-m", "conveyor.cli.main", *args]
+
+
+StartWorker = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def start_worker(db_url: str, tmp_path: Path) -> Iterator[StartWorker]:
+    """Start `conveyor worker` subprocesses; stderr goes to tmp_path/worker.log."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*options: str) -> subprocess.Popen[bytes]:
+        with open(tmp_path / "worker.log", "wb") as log:
+            proc = subprocess.Popen(
+                conveyor_cmd("-d", db_url, "worker", "--app", TEST_APP, *options),
+                env=subprocess_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:  # a failed test must not leave workers running
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def producer(app: Conveyor) -> Conveyor:
+    """The test database's app with the test tasks registered (to send them)."""
+    return cliapp.register(app)

@@ -23,6 +23,11 @@ COMMANDS = [
     ["jobs", "show"],
     ["jobs", "retry"],
     ["jobs", "cancel"],
+    ["batches"],
+    ["batches", "list"],
+    ["batches", "show"],
+    ["batches", "cancel"],
+    ["batches", "retry-failed"],
 ]
 
 
@@ -43,8 +48,11 @@ def test_every_command_has_help(invoke: Invoke, command: list[str]) -> None:
     # Every subcommand is described in its parent's help.
     if command == ["jobs"]:
         assert all(name in result.stdout for name in ("list", "show", "retry", "cancel"))
+    if command == ["batches"]:
+        assert all(name in result.stdout for name in ("list", "show", "cancel", "retry-failed"))
     if not command:
-        for name in ("worker", "migrate", "enqueue", "status", "jobs", "demo", "--database-url"):
+        names = ("worker", "migrate", "enqueue", "status", "jobs", "batches", "demo")
+        for name in (*names, "--database-url"):
             assert name in result.stdout
 
 

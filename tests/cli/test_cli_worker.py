@@ -8,48 +8,13 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import pytest
 
 from conveyor import Conveyor, Job, JobState
 
-from . import cliapp
-from .conftest import TEST_APP, Invoke, conveyor_cmd, subprocess_env
+from .conftest import Invoke, StartWorker, conveyor_cmd, subprocess_env
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} INFO +conveyor\.worker: worker \S+ ")
-
-StartWorker = Callable[..., subprocess.Popen[bytes]]
-
-
-@pytest.fixture
-def producer(app: Conveyor) -> Conveyor:
-    return cliapp.register(app)
-
-
-@pytest.fixture
-def start_worker(db_url: str, tmp_path: Path) -> Iterator[StartWorker]:
-    """Start `conveyor worker` subprocesses; stderr goes to tmp_path/worker.log."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*options: str) -> subprocess.Popen[bytes]:
-        with open(tmp_path / "worker.log", "wb") as log:
-            proc = subprocess.Popen(
-                conveyor_cmd("-d", db_url, "worker", "--app", TEST_APP, *options),
-                env=subprocess_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:  # a failed test must not leave workers running
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 def wait_for(job: Job, state: JobState, timeout: float = 20.0) -> Job:

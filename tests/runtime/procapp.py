@@ -6,6 +6,7 @@ lines from concurrent processes never interleave) to record its side effects.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -48,7 +49,30 @@ def crash() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@app.task
+async def item(i: int) -> int:
+    record("item")
+    await asyncio.sleep(0.01)
+    return i
+
+
+@app.task(queue="callbacks")
+def batch_done(batch_id: int, counts: dict) -> str:
+    record(f"callback:{counts.get('succeeded', 0)}:{counts.get('failed', 0)}")
+    return "done"
+
+
+def create_batch(key: str, n: int, start_at: float) -> None:
+    """Race mode: wait for a common instant, then create the batch."""
+    time.sleep(max(0.0, start_at - time.time()))
+    batch = item.batch([(i,) for i in range(n)], idempotency_key=key, on_complete=batch_done)
+    print(json.dumps({"id": batch.id, "created": batch.created}), flush=True)
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(message)s")
+    if len(sys.argv) > 1 and sys.argv[1] == "create-batch":
+        create_batch(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+        sys.exit(0)
     options = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     Worker(app, **options).run()

@@ -2,72 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from conveyor import Conveyor
-
 from .helpers import finished, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-class Procs:
-    def __init__(self, db_url: str, effects: Path) -> None:
-        self.env = {**os.environ, "CONVEYOR_DATABASE_URL": db_url, "EFFECTS_FILE": str(effects)}
-        self.effects = effects
-        self.started: list[subprocess.Popen] = []
-
-    def worker(self, **options) -> subprocess.Popen:
-        options.setdefault("poll_s", 0.2)
-        log = self.effects.with_name(f"worker-{len(self.started)}.log")
-        with open(log, "w") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.runtime.procapp", json.dumps(options)],
-                cwd=ROOT,
-                env=self.env,
-                stderr=err,
-            )
-        proc.log = log  # type: ignore[attr-defined]
-        self.started.append(proc)
-        return proc
-
-    def lines(self, kind: str) -> list[tuple[int, int]]:
-        if not self.effects.exists():
-            return []
-        rows = [ln.split() for ln in self.effects.read_text().splitlines()]
-        return [(int(job), int(pid)) for k, job, pid in rows if k == kind]
-
-    def cleanup(self) -> None:
-        for p in self.started:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-
-
-@pytest.fixture
-def procs(db_url, tmp_path):
-    p = Procs(db_url, tmp_path / "effects.log")
-    yield p
-    p.cleanup()
-
-
-@pytest.fixture
-def producer(db_url):
-    app = Conveyor(db_url)
-    for name in ("effect", "sleepy", "crash"):
-        app.task(name=name)(lambda *a: None)
-    yield app
-    app.close()
 
 
 def test_killed_worker_job_is_finished_by_another_exactly_once(procs, producer):

@@ -16,18 +16,31 @@ from typing import IO
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from ..app import Conveyor
+from ..batch import Batch
 from ..job import ACTIVE_STATES
+from .batches import final_line
 from .core import CliError
 from .render import cell, console, seconds
 
 DEMO_APP = "conveyor.cli.demo_app:app"
 #: share of the jobs each demo task gets, in enqueue order
 MIX = [("fast", 0.5), ("slow", 0.2), ("flaky", 0.2), ("picky", 0.1)]
+#: the demo batch: its jobs, its name, and the task it calls when it closes
+BATCH_TASK = "flaky"
+BATCH_NAME = "demo-batch"
+BATCH_CALLBACK = "batch_done"
 #: nothing finishing for this long means something is broken, not slow
 STALL_S = 60.0
 WORKER_GRACE_S = 5.0
@@ -41,6 +54,14 @@ WORKER_GRACE_S = 5.0
     default=300,
     show_default=True,
     help="How many jobs to enqueue.",
+)
+@click.option(
+    "--batch-items",
+    type=click.IntRange(0, 100_000),
+    default=100,
+    show_default=True,
+    help=f"Items of the demo batch (one {BATCH_TASK} job each, created with task.batch); "
+    "0 for no batch.",
 )
 @click.option(
     "--workers",
@@ -63,13 +84,17 @@ WORKER_GRACE_S = 5.0
     type=click.Path(dir_okay=False, path_type=Path),
     help="SQLite file to use. [default: a new file in a fresh temporary folder]",
 )
-def demo(n_jobs: int, n_workers: int, concurrency: int, db_path: Path | None) -> None:
+def demo(
+    n_jobs: int, batch_items: int, n_workers: int, concurrency: int, db_path: Path | None
+) -> None:
     """Watch Conveyor work, with no server: enqueue jobs into an embedded SQLite
     file, run them on worker processes, and summarise what happened.
 
     The demo tasks (conveyor/cli/demo_app.py) are fast, slow, flaky (retried with
-    backoff) and picky (fails permanently for some inputs). The workers are stopped
-    with SIGTERM once nothing is left to run. Ignores -d and --app.
+    backoff) and picky (fails permanently for some inputs). Besides those jobs, one
+    batch of flaky jobs is created with task.batch(); a worker closes it once all
+    its jobs are done and runs its on_complete task. The workers are stopped with
+    SIGTERM once nothing is left to run and the batch is closed. Ignores -d and --app.
     """
     con = console()
     path = _database_path(db_path)
@@ -80,13 +105,19 @@ def demo(n_jobs: int, n_workers: int, concurrency: int, db_path: Path | None) ->
     app.migrate()
     enqueued = enqueue_mix(app, n_jobs)
     con.print(f"enqueued {n_jobs} jobs: " + ", ".join(f"{n} {t}" for t, n in enqueued.items()))
+    batch = create_batch(app, batch_items) if batch_items else None
+    if batch is not None:
+        con.print(
+            f"created batch {batch.id} {batch.name!r}: {batch.total} {BATCH_TASK} jobs, "
+            f"on_complete={BATCH_CALLBACK}"
+        )
 
     started = time.monotonic()
     with WorkerFleet(url, n_workers, concurrency, path.parent) as fleet:
         con.print(
             f"started {n_workers} worker process(es); their logs: {path.parent / 'worker-*.log'}"
         )
-        watch(app, con, fleet)
+        watch(app, con, fleet, batch)
         stopped = fleet.stop()
     elapsed = time.monotonic() - started
     con.print(
@@ -94,9 +125,12 @@ def demo(n_jobs: int, n_workers: int, concurrency: int, db_path: Path | None) ->
         f"(exit codes: {', '.join(str(c) for c in stopped)})"
     )
     con.print()
-    con.print(summary_table(app, n_jobs))
+    con.print(summary_table(app, n_jobs + batch_items))
+    if batch is not None:
+        con.print()
+        print_batch_summary(con, app, batch.refresh())
     con.print()
-    print_next_steps(con, app, url)
+    print_next_steps(con, app, url, batch)
     app.close()
 
 
@@ -131,6 +165,14 @@ def enqueue_mix(app: Conveyor, n_jobs: int) -> dict[str, int]:
             app.tasks[name].send_many([(k,) for k in range(n)])
             counts[name] = n
     return counts
+
+
+def create_batch(app: Conveyor, n_items: int) -> Batch:
+    """One batch of ``n_items`` flaky jobs, whose on_complete summarises it."""
+    task = app.tasks[BATCH_TASK]
+    return task.batch(
+        [(k,) for k in range(n_items)], name=BATCH_NAME, on_complete=app.tasks[BATCH_CALLBACK]
+    )
 
 
 @dataclass
@@ -203,32 +245,58 @@ class WorkerFleet:
         return "(no output)"
 
 
-def watch(app: Conveyor, con: Console, fleet: WorkerFleet) -> None:
-    """A live progress bar until nothing is scheduled, available or running."""
+def watch(app: Conveyor, con: Console, fleet: WorkerFleet, batch: Batch | None = None) -> None:
+    """Live progress bars (every job; the batch) until the batch is closed and nothing
+    is scheduled, available or running, its on_complete job included."""
     active_states = {s.value for s in ACTIVE_STATES}
     columns = (
-        TextColumn("{task.description}"),
+        TextColumn("{task.fields[label]:>10}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("{task.description}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=con, refresh_per_second=4) as progress:
-        bar = progress.add_task("starting", total=None)
+        bar = progress.add_task("starting", total=None, label="all jobs")
+        batch_bar = None
+        if batch is not None:
+            batch_bar = progress.add_task("", total=batch.total, label=f"batch {batch.id}")
         last_done, last_change = -1, time.monotonic()
         while True:
-            by_state = Counter()
+            # The batch first: it closes in the transaction that enqueues its
+            # on_complete job, so the counts read next include that job.
+            closed = batch is None or _update_batch_bar(progress, batch_bar, batch)
+            by_state: Counter[str] = Counter()
             for row in app.counts():
                 by_state[row.state] += row.count
             done = by_state["succeeded"] + by_state["failed"] + by_state["cancelled"]
             progress.update(
                 bar, completed=done, total=sum(by_state.values()), description=_describe(by_state)
             )
-            if not any(by_state[s] for s in active_states):
+            if closed and not any(by_state[s] for s in active_states):
                 return
             if done != last_done:
                 last_done, last_change = done, time.monotonic()
             _check_health(fleet, last_change)
             time.sleep(0.25)
+
+
+def _update_batch_bar(progress: Progress, bar: TaskID | None, batch: Batch) -> bool:
+    """Redraw the batch's bar; whether the batch is closed."""
+    p = batch.progress()
+    done = p["succeeded"] + p["failed"] + p["cancelled"]
+    closed = p["state"] != "running"
+    description = (
+        f"[green]{p['succeeded']} succeeded[/] [red]{p['failed']} failed[/] "
+        f"[yellow]{p['running']} running[/] [cyan]{p['pending']} pending[/]"
+    )
+    if closed:
+        description += f" [bold]closed: {p['state']}[/]"
+    elif done == p["total"]:
+        description += " [dim]closing...[/]"
+    if bar is not None:
+        progress.update(bar, completed=done, total=p["total"], description=description)
+    return closed
 
 
 def _describe(c: Counter[str]) -> str:
@@ -245,12 +313,15 @@ def _check_health(fleet: WorkerFleet, last_change: float) -> None:
         )
     if time.monotonic() - last_change > STALL_S:
         raise CliError(
-            f"no job finished for {STALL_S:.0f}s; see the worker logs in {fleet.log_dir}",
+            f"no job finished (and no batch closed) for {STALL_S:.0f}s; "
+            f"see the worker logs in {fleet.log_dir}",
             exit_code=1,
         )
 
 
-def summary_table(app: Conveyor, n_jobs: int) -> Table:
+def summary_table(app: Conveyor, n_read: int) -> Table:
+    """Per demo task, its individual jobs (not the batch's: it has its own summary).
+    ``n_read``: jobs to read per task, enough to include every one of them."""
     from .demo_app import BEHAVIOUR
 
     table = Table(title="summary", title_justify="left", show_edge=False, header_style="bold")
@@ -260,7 +331,9 @@ def summary_table(app: Conveyor, n_jobs: int) -> Table:
         table.add_column(name, justify="right", header_style=f"bold {style}")
     table.add_column("avg run", justify="right")
     for name, _ in MIX:
-        jobs = app.list_jobs(task=name, limit=max(n_jobs, 1))
+        # The batch's jobs are newer than these: read past them, then leave them out.
+        everything = app.list_jobs(task=name, limit=max(n_read, 1))
+        jobs = [j for j in everything if j.batch_id is None]
         states = Counter(j.state.value for j in jobs)
         runs = [
             (j.finished_at - j.started_at).total_seconds()
@@ -278,14 +351,37 @@ def summary_table(app: Conveyor, n_jobs: int) -> Table:
     return table
 
 
-def print_next_steps(con: Console, app: Conveyor, url: str) -> None:
-    base = f"conveyor -d {shlex.quote(url)}"
-    failed = app.list_jobs(state="failed", task="flaky", limit=1) or app.list_jobs(
-        state="failed", limit=1
+def print_batch_summary(con: Console, app: Conveyor, batch: Batch) -> None:
+    """The batch's final state and counts, and what its on_complete returned."""
+    con.print(Text("batch", style="bold"))
+    con.print(Text.assemble("  ", final_line(batch)))
+    took = (
+        ""
+        if batch.record.finished_at is None
+        else (
+            f" in {seconds((batch.record.finished_at - batch.record.created_at).total_seconds())}"
+        )
     )
+    con.print(f"  {batch.total} {batch.record.task} jobs, closed{took}")
+    callbacks = app.list_jobs(task=BATCH_CALLBACK, limit=10)
+    mine = [j for j in callbacks if j.args and j.args[0] == batch.id]
+    if mine:
+        job = mine[0]
+        outcome = repr(job.result) if job.state == "succeeded" else f"{job.state}: {job.error}"
+        con.print(f"  on_complete {BATCH_CALLBACK} (job {job.id}) returned {outcome}")
+
+
+def print_next_steps(con: Console, app: Conveyor, url: str, batch: Batch | None = None) -> None:
+    base = f"conveyor -d {shlex.quote(url)}"
+    failed = [
+        j for j in app.list_jobs(state="failed", task="flaky", limit=200) if j.batch_id is None
+    ][:1] or app.list_jobs(state="failed", limit=1)
     con.print("look further:")
     lines = [f"{base} status", f"{base} jobs list --state failed"]
     if failed:
         lines.append(f"{base} jobs show {failed[0].id}")
+    if batch is not None:
+        lines.append(f"{base} batches show {batch.id}")
+        lines.append(f"{base} jobs list --batch {batch.id} --state failed")
     for line in lines:
         con.print(Text("  " + line, style="bold"))

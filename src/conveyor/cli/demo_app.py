@@ -23,6 +23,7 @@ BEHAVIOUR = {
     "slow": "sleeps 0.2-1s (async)",
     "flaky": "fails n%4 times, then succeeds (3 attempts)",
     "picky": "rejects every 5th input (Permanent)",
+    "batch_done": "the batch's on_complete: summarises its final counts",
 }
 
 
@@ -51,3 +52,10 @@ def picky(n: int) -> str:
     if n % 5 == 0:
         raise Permanent(f"address user{n}@example.invalid does not exist")
     return f"sent to user{n}@example.com"
+
+
+@app.task(queue="default")
+def batch_done(batch_id: int, counts: dict[str, int]) -> str:
+    """The demo batch's on_complete: called once, with the final counts, when it closes."""
+    parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    return f"batch {batch_id} closed with {parts or 'no jobs'}"

@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from ..app import Conveyor
 from ..job import Attempt, Job
 from .core import State, app_option, pass_state, refuse
 from .render import (
@@ -33,6 +34,7 @@ def jobs_group() -> None:
 
     \b
     conveyor jobs list --state failed
+    conveyor jobs list --batch 7
     conveyor jobs show 42
     conveyor jobs retry 42
     conveyor jobs cancel 43
@@ -44,6 +46,7 @@ def jobs_group() -> None:
 @click.option("--state", "state_filter", type=click.Choice(STATES), help="Only jobs in this state.")
 @click.option("--queue", "-q", help="Only jobs on this queue.")
 @click.option("--task", "-t", help="Only jobs of this task.")
+@click.option("--batch", "batch_id", type=int, metavar="ID", help="Only jobs of this batch.")
 @click.option(
     "--limit",
     "-n",
@@ -60,11 +63,16 @@ def list_jobs(
     state_filter: str | None,
     queue: str | None,
     task: str | None,
+    batch_id: int | None,
     limit: int,
     as_json: bool,
 ) -> None:
     """List jobs, newest first."""
-    jobs = state.app().list_jobs(state=state_filter, queue=queue, task=task, limit=limit)
+    app = state.app()
+    if batch_id is None:
+        jobs = app.list_jobs(state=state_filter, queue=queue, task=task, limit=limit)
+    else:
+        jobs = batch_jobs(app, batch_id, state_filter, queue, task, limit)
     if as_json:
         echo_json([job_dict(j) for j in jobs])
         return
@@ -72,6 +80,26 @@ def list_jobs(
         console().print("no jobs match")
         return
     console().print(jobs_table(jobs))
+
+
+def batch_jobs(
+    app: Conveyor,
+    batch_id: int,
+    state_filter: str | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+) -> list[Job]:
+    """The batch's jobs through the same filters, newest first (a missing batch is
+    an error; the batch's jobs are read whole and filtered here)."""
+    jobs = [
+        j
+        for j in reversed(app.get_batch(batch_id).jobs())
+        if (state_filter is None or j.state == state_filter)
+        and (queue is None or j.queue == queue)
+        and (task is None or j.task == task)
+    ]
+    return jobs[:limit]
 
 
 def jobs_table(jobs: list[Job]) -> Table:
@@ -148,6 +176,9 @@ def job_fields(job: Job) -> Table:
         ("unique key", job.unique_key),
         ("idempotency key", job.idempotency_key),
         ("stage", job.stage),
+        ("context", None if job.context is None else json.dumps(job.context)),
+        ("batch", job.batch_id),
+        *chain_rows(job),
         ("lease owner", job.lease_owner),
         ("lease expires", when(job.lease_expires_at)),
     ]
@@ -161,18 +192,49 @@ def job_fields(job: Job) -> Table:
     return grid
 
 
+def chain_rows(job: Job) -> list[tuple[str, Any]]:
+    """Where the job stands in its chain, if it is part of one."""
+    if job.chain_root is None and job.chain_next is None and not job.chain:
+        return []
+    root = job.chain_root
+    rows: list[tuple[str, Any]] = [
+        ("chain", f"started by job {root}" if root else "starts with this job"),
+    ]
+    if job.chain_next:
+        rows.append(("chain next", f"job {job.chain_next}"))
+    elif job.chain_next == 0:
+        rows.append(("chain next", "none: the chain stopped at this job"))
+    elif job.chain and job.state == "succeeded":
+        rows.append(("chain next", "due: a worker's flow service enqueues it next"))
+    elif job.chain:
+        rows.append(("chain next", "enqueued once this job succeeds"))
+    else:
+        rows.append(("chain next", "none: this is the last step"))
+    if job.chain:
+        steps = [str(step.get("task", "?")) for step in job.chain]
+        rows.append(("steps after", " -> ".join(steps)))
+    return rows
+
+
 def attempts_table(attempts: list[Attempt]) -> Table:
     table = Table(title="attempts", title_justify="left", show_edge=False, header_style="bold")
     table.add_column("attempt", justify="right")
+    table.add_column("stage")
     table.add_column("outcome")
     table.add_column("worker", overflow="fold")
     table.add_column("started")
     table.add_column("duration", justify="right")
     table.add_column("error", overflow="fold")
     for a in attempts:
-        style = {"succeeded": "green", "failed": "red", "retry": "yellow"}.get(a.outcome, "")
+        style = {
+            "succeeded": "green",
+            "failed": "red",
+            "retry": "yellow",
+            "stage": "cyan",
+        }.get(a.outcome, "")
         table.add_row(
             cell(a.attempt),
+            cell(a.stage),
             cell(a.outcome, style),
             cell(a.worker_id),
             cell(when(a.started_at)),

@@ -10,6 +10,7 @@ import click
 from .. import __version__
 from ..app import DEFAULT_URL
 from ..task import SEND_OPTIONS
+from .batches import batches_group
 from .core import CliError, ConveyorGroup, State, app_option, make_state, pass_state
 from .demo import demo
 from .jobs import jobs_group
@@ -47,6 +48,7 @@ def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     conveyor enqueue send_email --app myapp:app --args '["a@b.c"]'
     conveyor status                          jobs per queue and state, live workers
     conveyor jobs list --state failed        inspect, retry and cancel jobs
+    conveyor batches show 7 --follow         watch a batch until it closes
     conveyor demo                            see it all work on a throwaway SQLite file
 
     Errors print one `error: ...` line and exit with status 2.
@@ -151,6 +153,7 @@ def _json_arg(text: str, option: str, kind: type, expected: str) -> Any:
 cli.add_command(worker)
 cli.add_command(status)
 cli.add_command(jobs_group)
+cli.add_command(batches_group)
 cli.add_command(demo)
 
 

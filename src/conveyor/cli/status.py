@@ -10,26 +10,44 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from ..app import Conveyor
 from ..backends.base import QueueCount, WorkerInfo
+from ..batch import Batch
 from .core import State, app_option, pass_state
 from .render import STATE_STYLES, STATES, cell, console, echo_json, seconds, when
 
 
-@click.command("status", short_help="Jobs per queue and state, and the live workers.")
+@click.command("status", short_help="Jobs per queue and state, open batches, and the live workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @app_option
 @pass_state
 def status(state: State, as_json: bool) -> None:
-    """Show how many jobs each queue holds in each state, and the live workers."""
+    """Show how many jobs each queue holds in each state, the open batches, and the
+    live workers."""
     app = state.app()
     counts = by_queue(app.counts())
+    n_open, shown = open_batches(app)
     workers = app.backend.worker_list()
     if as_json:
-        echo_json({"queues": counts, "workers": [worker_dict(w) for w in workers]})
+        echo_json(
+            {
+                "queues": counts,
+                "batches": {
+                    "running": n_open,
+                    "shown": [
+                        {"id": b.id, "name": b.name, "task": b.record.task, **p} for b, p in shown
+                    ],
+                },
+                "workers": [worker_dict(w) for w in workers],
+            }
+        )
         return
     con = console()
     con.print(counts_table(counts) if counts else "no jobs yet")
     con.print()
+    if n_open:
+        con.print(batches_table(n_open, shown))
+        con.print()
     con.print(workers_table(workers) if workers else "no workers running")
 
 
@@ -60,6 +78,45 @@ def counts_table(counts: dict[str, dict[str, int]]) -> Table:
 
 def _count(n: int) -> Text:
     return Text(str(n), style="" if n else "dim")
+
+
+#: open batches listed by name in `conveyor status` (all are counted)
+SHOWN_BATCHES = 5
+#: counting open batches stops here ("10000+"): status must stay quick
+COUNT_BATCHES_UP_TO = 10_000
+
+
+def open_batches(app: Conveyor) -> tuple[int, list[tuple[Batch, dict[str, Any]]]]:
+    """How many batches are running (up to COUNT_BATCHES_UP_TO), and the newest few
+    with their progress."""
+    page = app.list_batches(state="running", limit=1_000)
+    newest = page[:SHOWN_BATCHES]
+    n = len(page)
+    while len(page) == 1_000 and n < COUNT_BATCHES_UP_TO:
+        page = app.list_batches(state="running", limit=1_000, before_id=page[-1].id)
+        n += len(page)
+    return n, [(b, b.progress()) for b in newest]
+
+
+def batches_table(n_open: int, shown: list[tuple[Batch, dict[str, Any]]]) -> Table:
+    more = "+" if n_open >= COUNT_BATCHES_UP_TO else ""
+    title = f"open batches: {n_open}{more}"
+    if n_open > len(shown):
+        title += f" (newest {len(shown)} shown; conveyor batches list --state running)"
+    table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+    for name in ("id", "name", "task", "done", "percent", "eta"):
+        table.add_column(name, justify="right" if name in ("id", "done", "percent") else "left")
+    for b, p in shown:
+        done = p["succeeded"] + p["failed"] + p["cancelled"]
+        table.add_row(
+            cell(b.id),
+            cell(b.name),
+            cell(b.record.task),
+            cell(f"{done}/{p['total']}"),
+            cell(f"{p['percent']}%"),
+            cell(seconds(p["eta_s"]) if p["eta_s"] else ""),
+        )
+    return table
 
 
 #: Workers heartbeat every lease/3 seconds (10 s by default). One silent for longer

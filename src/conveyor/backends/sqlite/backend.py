@@ -167,8 +167,10 @@ class SQLiteBackend(Backend):
         try:
             yield cur
         except BaseException:
+            cur.close()
             own.execute("ROLLBACK")
             raise
+        cur.close()  # a RETURNING statement not read to its end would block COMMIT
         own.execute("COMMIT")
 
     def _check_caller_conn(self, conn: Any) -> None:

@@ -1,0 +1,64 @@
+"""Fixtures for tests that run real worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Procs:
+    def __init__(self, db_url: str, effects: Path) -> None:
+        self.env = {**os.environ, "CONVEYOR_DATABASE_URL": db_url, "EFFECTS_FILE": str(effects)}
+        self.effects = effects
+        self.started: list[subprocess.Popen] = []
+
+    def worker(self, **options) -> subprocess.Popen:
+        options.setdefault("poll_s", 0.2)
+        log = self.effects.with_name(f"worker-{len(self.started)}.log")
+        with open(log, "w") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.runtime.procapp", json.dumps(options)],
+                cwd=ROOT,
+                env=self.env,
+                stderr=err,
+            )
+        proc.log = log  # type: ignore[attr-defined]
+        self.started.append(proc)
+        return proc
+
+    def lines(self, kind: str) -> list[tuple[int, int]]:
+        if not self.effects.exists():
+            return []
+        rows = [ln.split() for ln in self.effects.read_text().splitlines()]
+        return [(int(job), int(pid)) for k, job, pid in rows if k == kind]
+
+    def cleanup(self) -> None:
+        for p in self.started:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@pytest.fixture
+def procs(db_url, tmp_path):
+    p = Procs(db_url, tmp_path / "effects.log")
+    yield p
+    p.cleanup()
+
+
+@pytest.fixture
+def producer(db_url):
+    app = Conveyor(db_url)
+    for name in ("effect", "sleepy", "crash"):
+        app.task(name=name)(lambda *a: None)
+    yield app
+    app.close()

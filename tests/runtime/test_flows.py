@@ -1,0 +1,225 @@
+"""Batches, multi-stage jobs and chains, run by a real worker, on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from conveyor import ChainFailed, NextStage, Permanent, chain, current_job
+
+from .helpers import Running, wait_for
+
+FAST = {"base": 0.05, "factor": 2, "cap": 0.2, "jitter": 0}
+
+
+def test_batch_runs_closes_and_calls_back_once(app):
+    calls = []
+
+    @app.task(max_attempts=1)
+    async def square(x):
+        if x == 7:
+            raise Permanent("seven is not welcome")
+        return x * x
+
+    @app.task(queue="callbacks")
+    def summarise(batch_id, counts):
+        calls.append((batch_id, counts))
+        return "summarised"
+
+    batch = square.batch([(i,) for i in range(30)], name="squares", on_complete=summarise)
+    assert (batch.total, batch.state, batch.name, batch.created) == (30, "running", "squares", True)
+    with Running(app, queues=["default", "callbacks"], concurrency=8, flow_poll_s=0.2):
+        seen = [job.id for job in batch.as_completed(timeout=30)]
+        closed = batch.wait(timeout=30)
+        wait_for(lambda: calls, what="on_complete ran")
+    assert sorted(seen) == sorted(j.id for j in batch.jobs())
+    assert closed.state == "completed_with_failures"
+    assert closed.counts == {"succeeded": 29, "failed": 1}
+    assert calls == [(batch.id, {"succeeded": 29, "failed": 1})]
+    results = batch.results()
+    assert results[3] == 9 and results[7] is None
+    progress = batch.progress()
+    assert progress == {
+        "total": 30,
+        "succeeded": 29,
+        "failed": 1,
+        "cancelled": 0,
+        "running": 0,
+        "pending": 0,
+        "percent": 100,
+        "eta_s": 0,
+        "state": "completed_with_failures",
+    }
+
+
+def test_progress_while_running(app):
+    gate = threading.Event()
+
+    @app.task
+    def held(i):
+        gate.wait(20)
+        return i
+
+    batch = held.batch([(i,) for i in range(6)])
+    with Running(app, concurrency=2):
+        wait_for(lambda: batch.progress()["running"] == 2, what="two running")
+        p = batch.progress()
+        assert (p["total"], p["running"], p["pending"], p["percent"]) == (6, 2, 4, 0)
+        assert p["state"] == "running" and p["eta_s"] is None
+        gate.set()
+        assert batch.wait(timeout=20).state == "succeeded"
+
+
+def test_idempotent_batch_creation_returns_the_first(app):
+    @app.task
+    def noop(i):
+        return i
+
+    first = noop.batch([(1,), (2,)], idempotency_key="req-77")
+    again = noop.batch([(1,), (2,), (3,)], idempotency_key="req-77")
+    assert again.id == first.id and again.created is False and again.total == 2
+
+
+def test_batch_cancel_and_retry_failed(app):
+    flaky_ok = threading.Event()
+
+    @app.task(max_attempts=1)
+    def sometimes(i):
+        if i == 0 and not flaky_ok.is_set():
+            raise ValueError("not yet")
+        return i
+
+    batch = sometimes.batch([(i,) for i in range(3)])
+    with Running(app, flow_poll_s=0.2):
+        closed = batch.wait(timeout=20)
+        assert closed.state == "completed_with_failures"
+        flaky_ok.set()
+        assert batch.retry_failed() == 1
+        assert batch.wait(timeout=20).state == "succeeded"
+
+    later = sometimes.batch([(i,) for i in range(5)], delay=60)
+    assert later.cancel() == 5
+    with Running(app, flow_poll_s=0.2):
+        assert later.wait(timeout=20).state == "cancelled"
+
+
+def test_batch_joins_the_callers_transaction(app):
+    import sqlite3
+
+    import psycopg
+
+    @app.task
+    def noop(i):
+        return i
+
+    backend = app.backend
+    conn = (
+        psycopg.connect(backend.url)
+        if backend.name == "postgres"
+        else sqlite3.connect(backend.path)
+    )
+    try:
+        noop.batch([(1,), (2,)], conn=conn, name="rolled back")
+        conn.rollback()
+    finally:
+        conn.close()
+    assert app.list_batches() == [] and app.list_jobs() == []
+
+
+def test_multi_stage_job_retries_only_the_failing_stage(app):
+    runs = []
+
+    @app.task(max_attempts=3, backoff=FAST)
+    async def document(url):
+        job = current_job()
+        runs.append((job.stage, job.attempts))
+        if job.stage is None:
+            return NextStage("ocr", context={"pages": 2, "url": url})
+        if job.stage == "ocr":
+            if job.attempts == 1:
+                raise ConnectionError("ocr service down")
+            return NextStage("index", context={**job.context, "text": "hello"}, priority=5)
+        return {"indexed": job.context["text"], "pages": job.context["pages"]}
+
+    job = document.send("http://x/doc.pdf")
+    with Running(app):
+        wait_for(lambda: app.get_job(job.id).state.finished, what="document done")
+    got = app.get_job(job.id)
+    assert (got.state, got.stage, got.result) == (
+        "succeeded",
+        "index",
+        {"indexed": "hello", "pages": 2},
+    )
+    assert got.priority == 5 and got.attempts == 1
+    assert runs == [(None, 1), ("ocr", 1), ("ocr", 2), ("index", 1)]
+    log = [(a.stage, a.attempt, a.outcome) for a in got.attempt_log()]
+    assert log == [
+        (None, 1, "stage"),
+        ("ocr", 1, "retry"),
+        ("ocr", 2, "stage"),
+        ("index", 1, "succeeded"),
+    ]
+
+
+def test_chain_passes_results_along(app):
+    @app.task
+    def add(a, b):
+        return a + b
+
+    @app.task
+    async def double(x):
+        await asyncio.sleep(0)
+        return x * 2
+
+    @app.task
+    def describe(x, unit="items"):
+        return f"{x} {unit}"
+
+    c1 = add.send(2, 3).then(double).then(describe.s(unit="apples"))
+    c2 = chain(add.s(1, 1), double.s(), double.s())
+    with Running(app, flow_poll_s=0.2):
+        assert c1.result(timeout=20) == "10 apples"
+        assert c2.result(timeout=20) == 8
+    assert [j.task for j in c1.jobs()] == ["add", "double", "describe"]
+    assert all(j.chain_root == c1.id for j in c1.jobs()[1:])
+
+
+def test_a_failed_step_fails_the_chain_with_its_reason(app):
+    ran = []
+
+    @app.task(max_attempts=1)
+    def explode(x):
+        raise Permanent(f"cannot handle {x}")
+
+    @app.task
+    def never(x):
+        ran.append(x)
+
+    @app.task
+    def one():
+        return 1
+
+    c = chain(one.s(), explode.s(), never.s())
+    with Running(app, flow_poll_s=0.2), pytest.raises(ChainFailed) as failure:
+        c.wait(timeout=20)
+    assert "step 2 (explode) failed" in str(failure.value)
+    assert "cannot handle 1" in str(failure.value)
+    assert ran == [] and len(c.jobs()) == 2
+
+
+def test_chain_steps_are_checked_when_the_chain_is_made(app):
+    from conveyor import BadArguments
+
+    @app.task
+    def one():
+        return 1
+
+    @app.task
+    def takes_nothing():
+        return 0
+
+    with pytest.raises(BadArguments, match="takes_nothing"):
+        chain(one.s(), takes_nothing.s())
+    assert app.list_jobs() == []
