@@ -30,6 +30,7 @@ class Completer:
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._writing = 0
 
     def start(self) -> None:
         if self._task is None:
@@ -42,7 +43,8 @@ class Completer:
 
     @property
     def backlog(self) -> int:
-        return len(self._pending)
+        """Outcomes not yet in the database: queued, or in the write under way."""
+        return len(self._pending) + self._writing
 
     def _take(self) -> list[Finalize]:
         """Up to max_batch outcomes, at most one per job: a second outcome for the
@@ -67,6 +69,7 @@ class Completer:
             self._ready.clear()
             while self._pending:
                 batch = self._take()
+                self._writing = len(batch)
                 try:
                     accepted = set(await self._flush(batch))
                 except Exception as exc:  # database away: keep the outcomes, try again
@@ -77,10 +80,12 @@ class Completer:
                         exc,
                     )
                     self._pending[:0] = batch
+                    self._writing = 0
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 10.0)
                     continue
                 delay = 0.5
+                self._writing = 0
                 for o in batch:
                     self._on_written(o, o.job_id in accepted)
             if not self._pending:

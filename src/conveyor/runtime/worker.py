@@ -279,7 +279,12 @@ class Worker:
 
     # -- claiming -----------------------------------------------------------------------
     def _free(self) -> int:
-        return self.config.concurrency - len(self.running)
+        """Slots to claim for. Finished jobs whose outcome is not written yet still
+        hold leases: past one concurrency's worth of them, they take slots too, so
+        a slow database slows claiming instead of piling up leases."""
+        cfg = self.config
+        unwritten = self.completer.backlog if hasattr(self, "completer") else 0
+        return cfg.concurrency - len(self.running) - max(0, unwritten - cfg.concurrency)
 
     async def _wait_for_slots(self, need: int) -> int:
         free = self._free()
@@ -425,6 +430,8 @@ class Worker:
     def _outcome_written(self, o: Finalize, accepted: bool) -> None:
         if self.leases.get(o.job_id) == o.token:
             del self.leases[o.job_id]
+        if self._free() >= self._slot_need:
+            self._slot_freed.set()
         if accepted:
             self.stats.counts[o.outcome] += 1
         else:

@@ -59,8 +59,17 @@ def _json(value: Any) -> Any:
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     """Hand jsonb back as text: both dialects then decode JSON the same way, and a
-    JSON string result is never mistaken for an encoded document."""
+    JSON string result is never mistaken for an encoded document.
+
+    Plan every execution with its actual parameters. psycopg prepares statements
+    after a few runs, and PostgreSQL then may switch to a generic plan; for the
+    array-driven writes (finalize, heartbeat) that plan is built without knowing
+    the array's length, and after an ANALYZE that saw no running jobs it
+    nested-loops over every running job per outcome: drain throughput fell ~25x
+    (bench/bench_batches.py shows it). Custom plans cost a fraction of a
+    millisecond per statement and cannot flip."""
     conn.adapters.register_loader("jsonb", TextLoader)
+    conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
 def _ts(value: Any) -> datetime | None:
