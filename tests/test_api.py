@@ -102,7 +102,7 @@ def test_enqueue_by_name_checks_the_registry(app, send_email):
 
 def test_retry_and_cancel_through_the_app(app, send_email):
     job = send_email.send("a", delay=60)
-    assert app.cancel_job(job.id) is True
+    assert app.cancel_job(job.id) == "cancelled"
     assert app.get_job(job.id).state == "cancelled"
     assert app.retry_job(job.id) is True
     assert app.get_job(job.id).state == "available"

@@ -14,10 +14,10 @@ from .errors import (
     SerializationError,
     UnknownTask,
 )
-from .flow import Chain, ChainFailed, NextStage, Step
+from .flow import Chain, ChainFailed, NextStage, Snooze, Step
 from .job import Attempt, Job, JobState
 from .retry import Backoff
-from .runtime.context import current_job
+from .runtime.context import cancel_requested, current_job
 from .task import Task
 
 __all__ = [
@@ -39,9 +39,11 @@ __all__ = [
     "Permanent",
     "SchemaError",
     "SerializationError",
+    "Snooze",
     "Step",
     "Task",
     "UnknownTask",
+    "cancel_requested",
     "chain",
     "current_job",
 ]

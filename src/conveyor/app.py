@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
 from .backends import open_backend
-from .backends.base import Backend, JobInsert, QueueCount
+from .backends.base import Backend, JobInsert, QueueCount, QueueInfo
 from .batch import Batch
 from .errors import ConfigError, JobNotFound, SchemaError
 from .flow import Chain, Step, start_chain
@@ -19,6 +19,12 @@ from .retry import Backoff
 from .task import Task, TaskDefaults
 
 DEFAULT_URL = "sqlite:///conveyor.db"
+DAY = 86400.0
+DEFAULT_RETENTION: dict[str, float | None] = {
+    "succeeded": 7 * DAY,
+    "failed": 30 * DAY,
+    "cancelled": 7 * DAY,
+}
 
 
 class Conveyor:
@@ -35,11 +41,28 @@ class Conveyor:
         default_queue: str = "default",
         auto_migrate: bool = True,
         max_payload_bytes: int = 1 << 20,
+        priority_aging_s: float | None = 60.0,
+        priority_max_boost: int = 10,
+        retention: dict[str, float | None] | None = None,
     ) -> None:
         self.url = url or os.environ.get("CONVEYOR_DATABASE_URL") or DEFAULT_URL
         self.default_queue = default_queue
         self.auto_migrate = auto_migrate
         self.max_payload_bytes = max_payload_bytes
+        #: a waiting job gains one priority point per priority_aging_s seconds, up to
+        #: priority_max_boost points, so urgent traffic cannot starve it forever
+        self.priority_aging_s = priority_aging_s
+        self.priority_max_boost = priority_max_boost
+        #: seconds finished jobs are kept, per state; None keeps them forever
+        self.retention: dict[str, float | None] = {**DEFAULT_RETENTION, **(retention or {})}
+        unknown = set(self.retention) - set(DEFAULT_RETENTION)
+        if unknown:
+            raise ConfigError(
+                f"retention is per finished state {sorted(DEFAULT_RETENTION)}, "
+                f"got {sorted(unknown)}"
+            )
+        if priority_aging_s is not None and priority_aging_s <= 0:
+            raise ConfigError(f"priority_aging_s must be > 0 or None, got {priority_aging_s}")
         self.tasks: dict[str, Task] = {}
         self._backend: Backend | None = None
         self._lock = threading.Lock()
@@ -254,8 +277,39 @@ class Conveyor:
     def retry_job(self, job_id: int) -> bool:
         return self.backend.job_retry(job_id=int(job_id))
 
-    def cancel_job(self, job_id: int) -> bool:
-        return self.backend.job_cancel(job_id=int(job_id))
+    def cancel_job(self, job_id: int) -> str | None:
+        """Cancel a job wherever it is: ``"cancelled"`` if it had not started,
+        ``"requested"`` if it is running (its worker cancels it at its next
+        heartbeat), ``None`` if it had already finished."""
+        if self.backend.job_cancel(job_id=int(job_id)):
+            return "cancelled"
+        if self.backend.job_request_cancel(job_id=int(job_id)):
+            return "requested"
+        return None
+
+    def pause_queue(self, name: str) -> None:
+        """No worker claims from a paused queue; running jobs finish."""
+        self.backend.queue_set_paused(name=name, paused=True)
+
+    def resume_queue(self, name: str) -> None:
+        self.backend.queue_set_paused(name=name, paused=False)
+
+    def queues(self) -> list[QueueInfo]:
+        return self.backend.queue_list()
+
+    def stop_worker(self, worker_id: str) -> bool:
+        """Ask a worker to drain and exit; it learns at its next heartbeat."""
+        return self.backend.worker_request_stop(worker_id=worker_id)
+
+    def prune(
+        self, *, dry_run: bool = False, retention: dict[str, float | None] | None = None
+    ) -> dict[str, int]:
+        """Apply retention now: finished jobs older than their state's retention go,
+        in small batches. ``dry_run`` only counts them."""
+        from .runtime.services import Maintenance
+
+        keep = {**self.retention, **(retention or {})}
+        return Maintenance(self.backend, retention=keep).prune(dry_run=dry_run)
 
     def counts(self) -> list[QueueCount]:
         return self.backend.queue_counts()

@@ -43,6 +43,18 @@ class NextStage:
 
 
 @dataclass(frozen=True)
+class Snooze:
+    """Return this from a handler to run the job again in ``seconds`` without
+    using up an attempt (a resource is busy, a rate limit said wait, ...)."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seconds, int | float) or self.seconds < 0:
+            raise ConfigError(f"Snooze needs a number of seconds >= 0, got {self.seconds!r}")
+
+
+@dataclass(frozen=True)
 class Step:
     """A task call to make later: ``task.s(*args, **kwargs)``. In a chain, every step
     after the first receives the previous step's result as its first argument."""

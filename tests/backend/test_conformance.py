@@ -271,7 +271,7 @@ def test_heartbeat_extends_held_leases_only(backend):
     held = backend.worker_heartbeat(
         worker=_worker(), lease_s=120, leases=[Lease(a.id, a.lease_token), Lease(b.id, "stale")]
     )
-    assert held == [a.id]
+    assert held.held == [a.id] and held.cancel == [] and held.stop is False
     assert backend.job_get(job_id=a.id).lease_expires_at > datetime.now(UTC) + timedelta(
         seconds=100
     )
@@ -301,12 +301,10 @@ def test_rescue_requeues_expired_leases_counting_the_attempt(backend):
     assert (lost.outcome, lost.worker_id) == ("lost", "w1")
     # the old holder is fenced out: its completion and heartbeat are refused
     assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == []
-    assert (
-        backend.worker_heartbeat(
-            worker=_worker(), lease_s=30, leases=[Lease(job.id, job.lease_token)]
-        )
-        == []
+    beat = backend.worker_heartbeat(
+        worker=_worker(), lease_s=30, leases=[Lease(job.id, job.lease_token)]
     )
+    assert beat.held == []
 
 
 def test_rescue_fails_a_job_that_lost_its_lease_on_the_last_attempt(backend):

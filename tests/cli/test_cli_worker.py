@@ -56,10 +56,6 @@ def test_sigterm_releases_a_running_job(
     proc = start_worker("--grace", "0.3")  # default queues: every queue the app's tasks use
     wait_for(job, JobState.RUNNING)
 
-    refused = invoke("jobs", "cancel", str(job.id), url=db_url)
-    assert refused.exit_code == 1
-    assert "running jobs cannot be cancelled yet" in refused.stderr
-
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
@@ -67,6 +63,25 @@ def test_sigterm_releases_a_running_job(
     released = job.refresh()
     assert (released.state, released.attempts) == (JobState.AVAILABLE, 0)
     assert "released 1 unfinished job(s)" in (tmp_path / "worker.log").read_text()
+
+
+def test_cancel_a_running_job(
+    start_worker: StartWorker, producer: Conveyor, invoke: Invoke, db_url: str
+) -> None:
+    job = producer.tasks["sleepy"].send(30)
+    proc = start_worker("--lease", "1")  # heartbeats (which carry cancel requests) every 1/3 s
+    wait_for(job, JobState.RUNNING)
+
+    requested = invoke("jobs", "cancel", str(job.id), url=db_url)
+    assert requested.exit_code == 0, requested.output
+    assert requested.stdout == (
+        f"job {job.id} (sleepy) is running: cancellation requested "
+        "(its worker cancels it at its next heartbeat)\n"
+    )
+    cancelled = wait_for(job, JobState.CANCELLED, timeout=10)
+    assert cancelled.error == "cancelled while running"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
 
 
 def test_burst_exits_when_dry(start_worker: StartWorker, producer: Conveyor) -> None:

@@ -14,6 +14,7 @@ PG_ONLY = {
     "batch_cancel",
     "batch_retry_failed",
     "job_chain_append",  # jsonb ||; SQLite appends in Python under the write lock
+    "job_prune",  # one DELETE with CTEs; SQLite: ids, then two deletes
 }
 SQLITE_ONLY = {
     "job_finalize_one",
@@ -29,6 +30,9 @@ SQLITE_ONLY = {
     "batch_retry_jobs",
     "job_chain_get",
     "job_chain_set",
+    "job_prune_ids",
+    "job_delete_ids",
+    "attempt_delete_ids",
 }
 
 

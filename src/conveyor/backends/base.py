@@ -112,6 +112,23 @@ class ChainLink:
 
 
 @dataclass(frozen=True)
+class Heartbeat:
+    """What a heartbeat learns: the leases still held, the held jobs whose
+    cancellation was requested, and whether an operator asked the worker to stop."""
+
+    held: list[int] = field(default_factory=list)
+    cancel: list[int] = field(default_factory=list)
+    stop: bool = False
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    paused: bool
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
 class RescueResult:
     requeued: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
@@ -217,12 +234,16 @@ class Backend(abc.ABC):
         leases: Sequence[Lease],
         lease_s: float,
         now: datetime | None = None,
-    ) -> list[int]:
+    ) -> Heartbeat:
         """Record the worker as alive and extend all its leases in one statement;
-        return the ids whose lease is still held."""
+        report which are still held, which to cancel, and whether to stop."""
 
     @abc.abstractmethod
     def worker_deregister(self, *, worker_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def worker_request_stop(self, *, worker_id: str) -> bool:
+        """Ask a worker to drain and exit (it learns at its next heartbeat)."""
 
     @abc.abstractmethod
     def worker_list(self) -> list[WorkerInfo]: ...
@@ -272,6 +293,38 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def queue_counts(self) -> list[QueueCount]:
         """Number of jobs per queue and state."""
+
+    @abc.abstractmethod
+    def job_request_cancel(self, *, job_id: int) -> bool:
+        """Flag a running job for cancellation; its worker cancels it."""
+
+    # -- queues, aging, retention ----------------------------------------------------------
+    @abc.abstractmethod
+    def queue_set_paused(self, *, name: str, paused: bool, now: datetime | None = None) -> None:
+        """A paused queue is skipped by every worker's claims; running jobs finish."""
+
+    @abc.abstractmethod
+    def queue_list(self) -> list[QueueInfo]: ...
+
+    @abc.abstractmethod
+    def job_age_priorities(
+        self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        """Raise waiting jobs' priority by one per ``aging_s`` waited (at most
+        ``max_boost``); returns how many changed."""
+
+    @abc.abstractmethod
+    def job_prune(
+        self,
+        *,
+        state: str,
+        older_than_s: float,
+        limit: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        """Delete (or, dry run, count) finished jobs in ``state`` older than the cutoff,
+        with their attempts; never jobs of open batches or unadvanced chain links."""
 
     # -- batches ------------------------------------------------------------------------
     @abc.abstractmethod

@@ -276,17 +276,24 @@ def retry_job(state: State, job_id: int) -> None:
 @app_option
 @pass_state
 def cancel_job(state: State, job_id: int) -> None:
-    """Cancel a job that has not started yet (scheduled or available).
+    """Cancel a job that has not finished.
 
-    A running job cannot be cancelled yet. Exits with status 1, changing nothing,
-    if the job is not scheduled or available.
+    A scheduled or available job is cancelled at once. A running one is flagged:
+    its worker cancels it at its next heartbeat. Exits with status 1, changing
+    nothing, if the job has already finished.
     """
     app = state.app()
     job = app.get_job(job_id)
-    if not app.cancel_job(job_id):
-        now = app.get_job(job_id).state
-        hint = " (running jobs cannot be cancelled yet)" if now == "running" else ""
-        raise refuse(
-            f"job {job_id} is {now}: only scheduled or available jobs can be cancelled{hint}"
+    outcome: Any = app.cancel_job(job_id)
+    if outcome == "requested":
+        click.echo(
+            f"job {job_id} ({job.task}) is running: cancellation requested "
+            "(its worker cancels it at its next heartbeat)"
         )
+        return
+    if not outcome:
+        now = app.get_job(job_id).state
+        if now == "running":  # a core that cannot cancel running jobs
+            raise refuse(f"job {job_id} is running: running jobs cannot be cancelled yet")
+        raise refuse(f"job {job_id} is {now}: only unfinished jobs can be cancelled")
     click.echo(f"job {job_id} ({job.task}) cancelled")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from contextvars import ContextVar
 
 from ..job import Job
 
 _current: ContextVar[Job | None] = ContextVar("conveyor_current_job", default=None)
+_cancel: ContextVar[threading.Event | None] = ContextVar("conveyor_cancel", default=None)
 
 
 def current_job() -> Job:
@@ -15,3 +17,11 @@ def current_job() -> Job:
     if job is None:
         raise RuntimeError("current_job() is only available inside a running Conveyor handler")
     return job
+
+
+def cancel_requested() -> bool:
+    """True once someone asked to cancel the job this handler is running. Async
+    handlers are cancelled for you; a long sync handler should check this and
+    return early (the job ends ``cancelled`` either way)."""
+    event = _cancel.get()
+    return event is not None and event.is_set()

@@ -10,6 +10,7 @@ import asyncio
 import contextvars
 import functools
 import json
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,11 +18,11 @@ from typing import Any
 
 from ..backends.base import Finalize
 from ..errors import JobTimeout, Permanent
-from ..flow import NextStage
+from ..flow import NextStage, Snooze
 from ..job import Job
 from ..retry import Backoff
 from ..task import Task
-from .context import _current
+from .context import _cancel, _current
 from .pool import DaemonPool
 
 _ENCODE = json.JSONEncoder(allow_nan=False).encode  # one encoder, not one per result
@@ -59,11 +60,13 @@ async def run_handler(
     job: Job,
     pool: DaemonPool,
     on_late: Callable[[Task, Job, Outcome], None],
+    cancel: threading.Event | None = None,
 ) -> Outcome:
     """Run the handler. ``timeout`` bounds execution only. An async handler is
     cancelled at its timeout; a sync one cannot be, so its eventual result goes to
     ``on_late`` (where fencing refuses it)."""
     token = _current.set(job)
+    cancel_token = _cancel.set(cancel)
     try:
         if task.is_async and not job.timeout:
             return Outcome(result=await task.fn(*job.args, **job.kwargs))
@@ -95,6 +98,7 @@ async def run_handler(
         return Outcome(exc=exc)
     finally:
         _current.reset(token)
+        _cancel.reset(cancel_token)
 
 
 def _outcome_of(fut: Any) -> Outcome:
@@ -106,6 +110,10 @@ def classify(task: Task | None, job: Job, outcome: Outcome) -> Finalize:
     """Turn an outcome into the job's next state."""
     if outcome.exc is None and isinstance(outcome.result, NextStage):
         return next_stage(job, outcome.result)
+    if outcome.exc is None and isinstance(outcome.result, Snooze):
+        return _finalize(
+            job, state="scheduled", outcome="snoozed", retry_in_s=float(outcome.result.seconds)
+        )
     if outcome.exc is None:
         try:
             result_json = _ENCODE(outcome.result)
@@ -146,3 +154,7 @@ def next_stage(job: Job, step: NextStage) -> Finalize:
         retry_in_s=float(step.delay),
         priority=step.priority,
     )
+
+
+def cancelled(job: Job) -> Finalize:
+    return _finalize(job, state="cancelled", outcome="cancelled", error="cancelled while running")

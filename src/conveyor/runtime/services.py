@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..backends.base import Backend
@@ -22,6 +22,13 @@ class Maintenance:
     backend: Backend
     #: a worker silent this long was killed without deregistering
     stale_worker_s: float = 300.0
+    #: priority aging: +1 priority per aging_s waited, at most max_boost (None: off)
+    aging_s: float | None = None
+    max_boost: int = 10
+    #: retention: seconds to keep finished jobs, per state (None: forever)
+    retention: dict[str, float | None] = field(default_factory=dict)
+    prune_every_s: float = 60.0
+    _last_prune: float = 0.0
 
     def step(self, now: datetime | None = None) -> tuple[int, int, int]:
         """One pass: (requeued, failed, promoted). Loops call this; tests step it."""
@@ -40,7 +47,32 @@ class Maintenance:
             )
         promoted = self.backend.job_schedule_due(now=now)
         self.backend.worker_prune_stale(older_than_s=self.stale_worker_s, now=now)
+        if self.aging_s:
+            self.backend.job_age_priorities(aging_s=self.aging_s, max_boost=self.max_boost, now=now)
+        if time.monotonic() - self._last_prune >= self.prune_every_s or now is not None:
+            self._last_prune = time.monotonic()
+            self.prune(now=now)
         return len(rescued.requeued), len(rescued.failed), promoted
+
+    def prune(self, now: datetime | None = None, dry_run: bool = False) -> dict[str, int]:
+        """Retention, in small batches (each its own short transaction) so the queue
+        is never locked for long. Returns jobs pruned (or that would be) per state."""
+        pruned: dict[str, int] = {}
+        for state, keep_s in self.retention.items():
+            if keep_s is None:
+                continue
+            total = 0
+            while True:
+                n = self.backend.job_prune(
+                    state=state, older_than_s=keep_s, limit=500, dry_run=dry_run, now=now
+                )
+                total += n
+                if dry_run or n < 500:
+                    break
+            pruned[state] = total
+            if total and not dry_run:
+                log.info("pruned %d %s job(s) older than %gs", total, state, keep_s)
+        return pruned
 
 
 def _ids(ids: list[int]) -> str:

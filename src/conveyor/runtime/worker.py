@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..job import Job
 from ..task import Task
 from .completer import Completer
-from .executor import Outcome, classify, fail, run_handler
+from .executor import Outcome, cancelled, classify, fail, run_handler
 from .pool import DaemonPool
 from .services import FlowService, Maintenance
 
@@ -97,6 +97,8 @@ class Running:
     task: asyncio.Task[None]
     lost: bool = False
     released: bool = False
+    #: set when an operator cancels the job; handlers read it via cancel_requested()
+    cancel: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -163,6 +165,7 @@ class Worker:
         self._slot_need = 1
         self._stop_event = asyncio.Event()
         self._flow_wake = asyncio.Event()
+        self._hb_wake = asyncio.Event()
         self._hard_event = asyncio.Event()
         self.completer = Completer(self._write_outcomes, self._outcome_written)
         self.completer.start()
@@ -271,6 +274,8 @@ class Worker:
             wake = [self._wake.set] if "*" in queues or queues & wanted else []
             if "*" in queues or "@flow" in queues:
                 wake.append(self._flow_wake.set)
+            if "@cancel" in queues:
+                wake.append(self._hb_wake.set)
             try:
                 for fn in wake:
                     self._loop.call_soon_threadsafe(fn)
@@ -363,12 +368,19 @@ class Worker:
                     f"worker (registered: {known}); not retried",
                 )
             else:
-                result = await run_handler(task, job, self._pool, self._late_result)
+                entry = self.running.get(job.id)
+                flag = entry.cancel if entry is not None else None
+                result = await run_handler(task, job, self._pool, self._late_result, flag)
                 outcome = classify(task, job, result)
         except asyncio.CancelledError:
-            self._finished(job)
-            return
-        entry = self._finished(job)
+            entry = self._finished(job)
+            if entry is None or entry.lost or entry.released or not entry.cancel.is_set():
+                return  # shutdown or a lost lease: nothing to record here
+            outcome = cancelled(job)
+        else:
+            entry = self._finished(job)
+            if entry is not None and entry.cancel.is_set():
+                outcome = cancelled(job)  # cancelled while running: that wins
         if entry is None or entry.lost:
             return  # the lease is gone; someone else (or a newer run) owns the job now
         self._log_outcome(job, outcome)
@@ -446,26 +458,42 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         cfg = self.config
         while True:
-            await asyncio.sleep(cfg.heartbeat_every)
+            try:  # a cancel or stop request (NOTIFY "@cancel") brings it forward
+                await asyncio.wait_for(self._hb_wake.wait(), cfg.heartbeat_every)
+            except TimeoutError:
+                pass
+            self._hb_wake.clear()
             snapshot = [Lease(i, t) for i, t in self.leases.items()]
             try:
-                held = set(
-                    await self._db(
-                        "heartbeat",
-                        self.app.backend.worker_heartbeat,
-                        worker=self._info,
-                        leases=snapshot,
-                        lease_s=cfg.lease_s,
-                    )
+                beat = await self._db(
+                    "heartbeat",
+                    self.app.backend.worker_heartbeat,
+                    worker=self._info,
+                    leases=snapshot,
+                    lease_s=cfg.lease_s,
                 )
             except Exception as exc:
                 log.error(
                     "heartbeat failed (leases expire in %gs unless renewed): %s", cfg.lease_s, exc
                 )
                 continue
+            held = set(beat.held)
             for lease in snapshot:
                 if lease.job_id not in held and self.leases.get(lease.job_id) == lease.token:
                     self._lose(lease.job_id)
+            for job_id in beat.cancel:
+                self._cancel(job_id)
+            if beat.stop and not self._stopping:
+                log.info("worker %s: stop requested by an operator", self.id)
+                self._begin_stop(False)
+
+    def _cancel(self, job_id: int) -> None:
+        entry = self.running.get(job_id)
+        if entry is None or entry.cancel.is_set():
+            return
+        log.info("job %d %s: cancellation requested; cancelling it", job_id, entry.job.task)
+        entry.cancel.set()  # what a sync handler sees through cancel_requested()
+        entry.task.cancel()  # an async handler is interrupted; a sync one is let go
 
     def _lose(self, job_id: int) -> None:
         self.leases.pop(job_id, None)
@@ -482,7 +510,13 @@ class Worker:
             del self.running[entry.job.id]
 
     async def _maintenance_loop(self) -> None:
-        service = Maintenance(self.app.backend, stale_worker_s=max(300.0, 10 * self.config.lease_s))
+        service = Maintenance(
+            self.app.backend,
+            stale_worker_s=max(300.0, 10 * self.config.lease_s),
+            aging_s=self.app.priority_aging_s,
+            max_boost=self.app.priority_max_boost,
+            retention=self.app.retention,
+        )
         while True:
             try:
                 await self._db("maintenance", service.step)

@@ -22,11 +22,13 @@ from ..base import (
     BatchRecord,
     ChainLink,
     Finalize,
+    Heartbeat,
     Inserted,
     JobInsert,
     Lease,
     Notifier,
     QueueCount,
+    QueueInfo,
     RescueResult,
     WorkerInfo,
 )
@@ -399,8 +401,8 @@ class PostgresBackend(Backend):
         leases: Sequence[Lease],
         lease_s: float,
         now: datetime | None = None,
-    ) -> list[int]:
-        self._run(
+    ) -> Heartbeat:
+        [me] = self._run(
             "worker_upsert",
             {
                 "id": worker.id,
@@ -411,18 +413,63 @@ class PostgresBackend(Backend):
                 "now": now,
             },
         )
-        if not leases:
-            return []
-        rows = self._run(
-            "job_heartbeat",
-            {
-                "id": [le.job_id for le in leases],
-                "token": [le.token for le in leases],
-                "lease_s": float(lease_s),
-                "now": now,
-            },
+        rows = (
+            self._run(
+                "job_heartbeat",
+                {
+                    "id": [le.job_id for le in leases],
+                    "token": [le.token for le in leases],
+                    "lease_s": float(lease_s),
+                    "now": now,
+                },
+            )
+            if leases
+            else []
         )
-        return [r["id"] for r in rows]
+        return Heartbeat(
+            held=[r["id"] for r in rows],
+            cancel=[r["id"] for r in rows if r["cancel_requested"]],
+            stop=bool(me["stop_requested"]),
+        )
+
+    def worker_request_stop(self, *, worker_id: str) -> bool:
+        return bool(self._run("worker_request_stop", {"id": worker_id, "channel": CHANNEL}))
+
+    def job_request_cancel(self, *, job_id: int) -> bool:
+        return bool(self._run("job_request_cancel", {"id": job_id, "channel": CHANNEL}))
+
+    def queue_set_paused(self, *, name: str, paused: bool, now: datetime | None = None) -> None:
+        self._run("queue_set_paused", {"name": name, "paused": paused, "now": now})
+
+    def queue_list(self) -> list[QueueInfo]:
+        return [
+            QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"]))
+            for r in self._run("queue_list")
+        ]
+
+    def job_age_priorities(
+        self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        return len(
+            self._run(
+                "job_age_priorities",
+                {"aging_s": float(aging_s), "max_boost": max_boost, "limit": limit, "now": now},
+            )
+        )
+
+    def job_prune(
+        self,
+        *,
+        state: str,
+        older_than_s: float,
+        limit: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        params = {"state": state, "older_than_s": float(older_than_s), "limit": limit, "now": now}
+        if dry_run:
+            return int(self._run("job_prune_count", params)[0]["n"])
+        return len(self._run("job_prune", params))
 
     def worker_deregister(self, *, worker_id: str) -> None:
         self._run("worker_delete", {"id": worker_id})

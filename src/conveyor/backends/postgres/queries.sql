@@ -84,7 +84,9 @@ WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), picked AS (
     SELECT c.id
-    FROM unnest(%(queues)b::text[]) AS q(name), t,
+    FROM (SELECT name FROM unnest(%(queues)b::text[]) AS u(name)
+          WHERE NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = u.name AND p.paused)
+         ) AS q, t,
          LATERAL (
              SELECT id FROM conveyor_jobs
              WHERE queue = q.name
@@ -152,7 +154,9 @@ WITH i AS (
         finished_at = CASE WHEN i.state IN ('succeeded', 'failed', 'cancelled') THEN t.now END,
         stage = CASE WHEN i.outcome = 'stage' THEN i.next_stage ELSE j.stage END,
         context = CASE WHEN i.outcome = 'stage' THEN i.context ELSE j.context END,
-        attempt = CASE WHEN i.outcome = 'stage' THEN 0 ELSE j.attempt END,
+        attempt = CASE WHEN i.outcome = 'stage' THEN 0
+                       WHEN i.outcome = 'snoozed' THEN greatest(j.attempt - 1, 0)
+                       ELSE j.attempt END,
         priority = coalesce(i.priority, j.priority),
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM i, t
@@ -192,17 +196,19 @@ SELECT id, (SELECT count(*) FROM woken) AS notified FROM released
 -- name: job_heartbeat
 -- All of a worker's leases in one statement; rows missing from the result were
 -- lost (rescued, or finished by someone else) and the worker must stop them.
+-- cancel_requested tells the worker to cancel that run.
 UPDATE conveyor_jobs j
 SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_s)s)
 FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
 WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'running'
-RETURNING j.id
+RETURNING j.id, j.cancel_requested
 
 -- name: worker_upsert
 INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, started_at, last_seen_at)
 VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s,
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+RETURNING stop_requested
 
 -- name: worker_delete
 DELETE FROM conveyor_workers WHERE id = %(id)s
@@ -450,3 +456,85 @@ RETURNING holder
 
 -- name: leader_resign
 DELETE FROM conveyor_leaders WHERE name = %(name)s AND holder = %(holder)s
+
+-- name: job_request_cancel
+-- A running job cannot be stopped from here: flag it, and its worker cancels it
+-- at its next heartbeat (sooner: the NOTIFY wakes that heartbeat).
+WITH flagged AS (
+    UPDATE conveyor_jobs SET cancel_requested = true
+    WHERE id = %(id)s AND state = 'running'
+    RETURNING id
+)
+SELECT id, (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '@cancel') FROM flagged) n) AS notified
+FROM flagged
+
+-- name: worker_request_stop
+WITH flagged AS (
+    UPDATE conveyor_workers SET stop_requested = true WHERE id = %(id)s RETURNING id
+)
+SELECT id, (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '@cancel') FROM flagged) n) AS notified
+FROM flagged
+
+-- name: queue_set_paused
+INSERT INTO conveyor_queues (name, paused, updated_at)
+VALUES (%(name)s, %(paused)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+
+-- name: queue_list
+-- Every queue that has jobs or settings, with its counts per state.
+SELECT coalesce(c.queue, q.name) AS name, coalesce(q.paused, false) AS paused,
+       coalesce(c.counts, '{}'::jsonb)::text AS counts
+FROM (SELECT queue, jsonb_object_agg(state, n) AS counts
+      FROM (SELECT queue, state, count(*) AS n FROM conveyor_jobs GROUP BY queue, state) s
+      GROUP BY queue) c
+FULL JOIN conveyor_queues q ON q.name = c.queue
+ORDER BY 1
+
+-- name: job_age_priorities
+-- Priority aging: a waiting job's priority is its base priority plus one per
+-- aging_s seconds waited (capped at max_boost). The oldest first, a bounded
+-- number per pass; SKIP LOCKED keeps it off rows being claimed.
+WITH t AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), due AS (
+    SELECT j.id,
+           coalesce(j.base_priority, j.priority) AS base,
+           coalesce(j.base_priority, j.priority)
+             + least(%(max_boost)s, floor(extract(epoch FROM t.now - j.scheduled_at) / %(aging_s)s)::int)
+             AS target
+    FROM conveyor_jobs j, t
+    WHERE j.state IN ('available', 'scheduled')
+      AND j.scheduled_at <= t.now - make_interval(secs => %(aging_s)s)
+    ORDER BY j.scheduled_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE conveyor_jobs j SET base_priority = due.base, priority = due.target
+FROM due
+WHERE j.id = due.id AND j.priority < due.target
+RETURNING j.id
+
+-- name: job_prune
+-- Retention: finished jobs older than the cutoff, a small batch at a time, never
+-- a job of an open batch or a chain link not yet advanced.
+WITH doomed AS (
+    SELECT j.id FROM conveyor_jobs j
+    WHERE j.state = %(state)s
+      AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
+      AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
+      AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), attempts AS (
+    DELETE FROM conveyor_attempts a USING doomed WHERE a.job_id = doomed.id
+)
+DELETE FROM conveyor_jobs j USING doomed WHERE j.id = doomed.id
+RETURNING j.id
+
+-- name: job_prune_count
+SELECT count(*) AS n FROM conveyor_jobs j
+WHERE j.state = %(state)s
+  AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
+  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')

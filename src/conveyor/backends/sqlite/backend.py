@@ -19,11 +19,13 @@ from ..base import (
     BatchRecord,
     ChainLink,
     Finalize,
+    Heartbeat,
     Inserted,
     JobInsert,
     Lease,
     Notifier,
     QueueCount,
+    QueueInfo,
     RescueResult,
     WorkerInfo,
 )
@@ -333,10 +335,10 @@ class SQLiteBackend(Backend):
         leases: Sequence[Lease],
         lease_s: float,
         now: datetime | None = None,
-    ) -> list[int]:
+    ) -> Heartbeat:
         ts = _epoch(now)
         with self._tx() as cur:
-            cur.execute(
+            me = cur.execute(
                 Q["worker_upsert"],
                 {
                     "id": worker.id,
@@ -346,18 +348,82 @@ class SQLiteBackend(Backend):
                     "concurrency": worker.concurrency,
                     "now": ts,
                 },
+            ).fetchone()
+            rows = (
+                cur.execute(
+                    Q["job_heartbeat"],
+                    {
+                        "leases": json.dumps([[le.job_id, le.token] for le in leases]),
+                        "lease_s": lease_s,
+                        "now": ts,
+                    },
+                ).fetchall()
+                if leases
+                else []
             )
-            if not leases:
-                return []
-            rows = cur.execute(
-                Q["job_heartbeat"],
-                {
-                    "leases": json.dumps([[le.job_id, le.token] for le in leases]),
-                    "lease_s": lease_s,
-                    "now": ts,
-                },
-            ).fetchall()
-        return [r["id"] for r in rows]
+        return Heartbeat(
+            held=[r["id"] for r in rows],
+            cancel=[r["id"] for r in rows if r["cancel_requested"]],
+            stop=bool(me["stop_requested"]),
+        )
+
+    def worker_request_stop(self, *, worker_id: str) -> bool:
+        with self._tx() as cur:
+            return bool(cur.execute(Q["worker_request_stop"], {"id": worker_id}).fetchall())
+
+    def job_request_cancel(self, *, job_id: int) -> bool:
+        with self._tx() as cur:
+            return bool(cur.execute(Q["job_request_cancel"], {"id": job_id}).fetchall())
+
+    def queue_set_paused(self, *, name: str, paused: bool, now: datetime | None = None) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                Q["queue_set_paused"], {"name": name, "paused": int(paused), "now": _epoch(now)}
+            )
+
+    def queue_list(self) -> list[QueueInfo]:
+        with self._tx(write=False) as cur:
+            rows = cur.execute(Q["queue_list"]).fetchall()
+        return [QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"])) for r in rows]
+
+    def job_age_priorities(
+        self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        with self._tx() as cur:
+            return len(
+                cur.execute(
+                    Q["job_age_priorities"],
+                    {
+                        "aging_s": float(aging_s),
+                        "max_boost": max_boost,
+                        "limit": limit,
+                        "now": _epoch(now),
+                    },
+                ).fetchall()
+            )
+
+    def job_prune(
+        self,
+        *,
+        state: str,
+        older_than_s: float,
+        limit: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        params = {
+            "state": state,
+            "older_than_s": float(older_than_s),
+            "limit": limit,
+            "now": _epoch(now),
+        }
+        if dry_run:
+            with self._tx(write=False) as cur:
+                return int(cur.execute(Q["job_prune_count"], params).fetchone()["n"])
+        with self._tx() as cur:
+            ids = json.dumps([r["id"] for r in cur.execute(Q["job_prune_ids"], params)])
+            cur.execute(Q["attempt_delete_ids"], {"ids": ids})
+            return cur.execute(Q["job_delete_ids"], {"ids": ids}).rowcount
 
     def worker_deregister(self, *, worker_id: str) -> None:
         with self._tx() as cur:

@@ -37,6 +37,7 @@ WHERE id IN (
     WHERE queue = :queue
       AND state IN ('available', 'scheduled')
       AND scheduled_at <= :now
+      AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
     ORDER BY priority DESC, scheduled_at, id
     LIMIT :limit
 )
@@ -55,7 +56,9 @@ SET state = :state,
     finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     stage = CASE WHEN :outcome = 'stage' THEN :next_stage ELSE stage END,
     context = CASE WHEN :outcome = 'stage' THEN :context_json ELSE context END,
-    attempt = CASE WHEN :outcome = 'stage' THEN 0 ELSE attempt END,
+    attempt = CASE WHEN :outcome = 'stage' THEN 0
+                   WHEN :outcome = 'snoozed' THEN max(attempt - 1, 0)
+                   ELSE attempt END,
     priority = coalesce(:priority, priority),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 WHERE id = :id AND lease_token = :token AND state = 'running'
@@ -82,12 +85,13 @@ WHERE state = 'running'
   AND id IN (SELECT json_extract(value, '$[0]') FROM json_each(:leases))
   AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
                             FROM json_each(:leases))
-RETURNING id
+RETURNING id, cancel_requested
 
 -- name: worker_upsert
 INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, started_at, last_seen_at)
 VALUES (:id, :hostname, :pid, :queues, :concurrency, :now, :now)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+RETURNING stop_requested
 
 -- name: worker_delete
 DELETE FROM conveyor_workers WHERE id = :id
@@ -181,6 +185,7 @@ PRAGMA data_version
 -- processes then poll without queueing behind one another for BEGIN IMMEDIATE.
 SELECT 1 FROM conveyor_jobs
 WHERE queue IN (SELECT value FROM json_each(:queues))
+  AND queue NOT IN (SELECT name FROM conveyor_queues WHERE paused)
   AND state IN ('available', 'scheduled') AND scheduled_at <= :now
 LIMIT 1
 
@@ -281,3 +286,59 @@ RETURNING holder
 
 -- name: leader_resign
 DELETE FROM conveyor_leaders WHERE name = :name AND holder = :holder
+
+-- name: job_request_cancel
+UPDATE conveyor_jobs SET cancel_requested = 1 WHERE id = :id AND state = 'running'
+RETURNING id
+
+-- name: worker_request_stop
+UPDATE conveyor_workers SET stop_requested = 1 WHERE id = :id
+RETURNING id
+
+-- name: queue_set_paused
+INSERT INTO conveyor_queues (name, paused, updated_at) VALUES (:name, :paused, :now)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+
+-- name: queue_list
+-- (No FULL JOIN before SQLite 3.39 everywhere: a UNION of the two sides.)
+SELECT name, max(paused) AS paused,
+       coalesce((SELECT json_group_object(state, n) FROM
+                   (SELECT state, count(*) AS n FROM conveyor_jobs WHERE queue = name GROUP BY state)),
+                '{}') AS counts
+FROM (SELECT DISTINCT queue AS name, 0 AS paused FROM conveyor_jobs
+      UNION ALL SELECT name, paused FROM conveyor_queues)
+GROUP BY name
+ORDER BY name
+
+-- name: job_age_priorities
+-- Priority aging (see the PostgreSQL query); timestamps are epoch seconds here.
+UPDATE conveyor_jobs
+SET base_priority = coalesce(base_priority, priority),
+    priority = coalesce(base_priority, priority)
+               + min(:max_boost, CAST((:now - scheduled_at) / :aging_s AS INTEGER))
+WHERE id IN (SELECT id FROM conveyor_jobs
+             WHERE state IN ('available', 'scheduled') AND scheduled_at <= :now - :aging_s
+             ORDER BY scheduled_at LIMIT :limit)
+  AND priority < coalesce(base_priority, priority)
+                 + min(:max_boost, CAST((:now - scheduled_at) / :aging_s AS INTEGER))
+RETURNING id
+
+-- name: job_prune_ids
+SELECT j.id FROM conveyor_jobs j
+WHERE j.state = :state AND j.finished_at < :now - :older_than_s
+  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+ORDER BY j.id
+LIMIT :limit
+
+-- name: job_prune_count
+SELECT count(*) AS n FROM conveyor_jobs j
+WHERE j.state = :state AND j.finished_at < :now - :older_than_s
+  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+
+-- name: job_delete_ids
+DELETE FROM conveyor_jobs WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: attempt_delete_ids
+DELETE FROM conveyor_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))

@@ -1,0 +1,98 @@
+"""Conformance of queue control, cancellation, remote stop, snooze, aging, retention."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from conveyor.backends.base import Finalize, Lease
+
+from .test_conformance import _worker, done, fetch, ins, later
+
+
+def test_paused_queue_is_not_claimed_until_resumed(backend):
+    backend.job_insert_many(jobs=[ins(queue="a"), ins(queue="b")])
+    backend.queue_set_paused(name="a", paused=True)
+    assert [j.queue for j in fetch(backend, queues=("a", "b"))] == ["b"]
+    assert fetch(backend, queues=("a",)) == []
+    queues = {q.name: q for q in backend.queue_list()}
+    assert queues["a"].paused and not queues["b"].paused
+    assert queues["a"].counts == {"available": 1} and queues["b"].counts == {"running": 1}
+    backend.queue_set_paused(name="a", paused=False)
+    assert [j.queue for j in fetch(backend, queues=("a",))] == ["a"]
+
+
+def test_pausing_a_queue_with_no_jobs_is_listed(backend):
+    backend.queue_set_paused(name="empty", paused=True)
+    assert [(q.name, q.paused, q.counts) for q in backend.queue_list()] == [("empty", True, {})]
+
+
+def test_cancel_request_reaches_the_holders_heartbeat(backend):
+    backend.job_insert_many(jobs=[ins(), ins()])
+    a, b = fetch(backend)
+    assert backend.job_request_cancel(job_id=a.id) is True
+    beat = backend.worker_heartbeat(
+        worker=_worker(),
+        lease_s=30,
+        leases=[Lease(a.id, a.lease_token), Lease(b.id, b.lease_token)],
+    )
+    assert sorted(beat.held) == sorted([a.id, b.id]) and beat.cancel == [a.id]
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(a, state="cancelled")])
+    assert backend.job_request_cancel(job_id=a.id) is False  # finished: nothing to cancel
+    [res] = backend.job_insert_many(jobs=[ins(delay_s=60)])
+    assert backend.job_request_cancel(job_id=res.id) is False  # not running: use job_cancel
+
+
+def test_stop_request_reaches_the_workers_heartbeat(backend):
+    backend.worker_heartbeat(worker=_worker("w7"), leases=[], lease_s=30)
+    assert backend.worker_request_stop(worker_id="w7") is True
+    assert backend.worker_request_stop(worker_id="nobody") is False
+    assert backend.worker_heartbeat(worker=_worker("w7"), leases=[], lease_s=30).stop is True
+
+
+def test_snooze_reschedules_without_using_an_attempt(backend):
+    [res] = backend.job_insert_many(jobs=[ins()])
+    [job] = fetch(backend)
+    snooze = Finalize(job.id, job.lease_token, "scheduled", "snoozed", retry_in_s=30)
+    assert backend.job_finalize_many(worker_id="w1", outcomes=[snooze]) == [res.id]
+    got = backend.job_get(job_id=res.id)
+    assert (got.state, got.attempts) == ("scheduled", 0)
+    assert got.scheduled_at > datetime.now(UTC) + timedelta(seconds=20)
+    assert [a.outcome for a in backend.job_attempts(job_id=res.id)] == ["snoozed"]
+
+
+def test_aging_raises_waiting_jobs_priority_up_to_the_cap(backend):
+    old, fresh = backend.job_insert_many(jobs=[ins(priority=1), ins(priority=1)])
+    backend.job_insert_many(jobs=[ins(priority=5)])
+    # 3.5 aging periods later (time passed in), the first two have aged 3 points
+    assert backend.job_age_priorities(aging_s=10, max_boost=10, now=later(35)) == 3
+    assert backend.job_get(job_id=old.id).priority == 4
+    assert backend.job_age_priorities(aging_s=10, max_boost=10, now=later(35)) == 0  # idempotent
+    assert backend.job_age_priorities(aging_s=10, max_boost=6, now=later(1000)) == 3
+    got = backend.job_get(job_id=old.id)
+    assert got.priority == 7  # 1 + the cap of 6
+    # the priority-5 job reached 11: base 5 + 6; order is by effective priority
+    order = [j.priority for j in fetch(backend, n=3, now=later(1000))]
+    assert order == [11, 7, 7]
+
+
+def test_prune_removes_old_finished_jobs_with_their_attempts(backend):
+    backend.job_insert_many(jobs=[ins() for _ in range(3)])
+    a, b, c = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(a), done(b), done(c, state="failed")])
+    assert backend.job_prune(state="succeeded", older_than_s=60, now=later(30)) == 0
+    assert backend.job_prune(state="succeeded", older_than_s=60, dry_run=True, now=later(61)) == 2
+    assert backend.job_get(job_id=a.id) is not None  # dry run deleted nothing
+    assert backend.job_prune(state="succeeded", older_than_s=60, limit=1, now=later(61)) == 1
+    assert backend.job_prune(state="succeeded", older_than_s=60, now=later(61)) == 1
+    assert backend.job_get(job_id=a.id) is None and backend.job_attempts(job_id=a.id) == []
+    assert backend.job_get(job_id=c.id).state == "failed"  # other states keep their own age
+
+
+def test_prune_keeps_jobs_of_open_batches(backend):
+    batch_id, _ = backend.batch_create(
+        name=None, task="t", idempotency_key=None, on_complete_json=None, jobs=[ins(), ins()]
+    )
+    a, _b = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(a)])
+    assert backend.job_prune(state="succeeded", older_than_s=1, now=later(60)) == 0
+    assert backend.batch_progress(batch_id=batch_id) == {"succeeded": 1, "running": 1}
