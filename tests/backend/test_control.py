@@ -61,7 +61,7 @@ def test_snooze_reschedules_without_using_an_attempt(backend):
 
 
 def test_aging_raises_waiting_jobs_priority_up_to_the_cap(backend):
-    old, fresh = backend.job_insert_many(jobs=[ins(priority=1), ins(priority=1)])
+    old, _fresh = backend.job_insert_many(jobs=[ins(priority=1), ins(priority=1)])
     backend.job_insert_many(jobs=[ins(priority=5)])
     # 3.5 aging periods later (time passed in), the first two have aged 3 points
     assert backend.job_age_priorities(aging_s=10, max_boost=10, now=later(35)) == 3
