@@ -1,9 +1,11 @@
 """Table and ratios for one `bench/run.sh` results file; writes bench/RESULTS.md.
 
     python bench/report.py RESULTS.jsonl [--commands FILE] [--peers DIR] [--write PATH]
+                           [--batches BATCHES.jsonl]
 
 The table is the shared harness's own (summarize.py); the ratios compare the
 means of the runs of Conveyor on PostgreSQL with PgQueuer at batch size 100.
+``--batches`` adds the section for bench/bench_batches.py's results.
 """
 
 from __future__ import annotations
@@ -97,6 +99,140 @@ def ratios(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _ms(d: dict | None, *keys: str) -> str:
+    if not d:
+        return "-"
+    return " / ".join(f"{d[k]:,.1f}" for k in keys)
+
+
+def batches_section(rows: list[dict], path: str) -> list[str]:
+    """The Markdown section for bench/bench_batches.py's JSON lines."""
+    rows = [r for r in rows if r.get("bench") == "batches"]
+    if not rows:
+        return ["## Batches", "", f"(no batch results in `{path}`)", ""]
+    names = {"postgres": "PostgreSQL", "sqlite": "SQLite"}
+
+    def by(measure: str, backend: str, state: str | None = None) -> dict | None:
+        found = [
+            r
+            for r in rows
+            if r["measure"] == measure
+            and r["backend"] == backend
+            and (state is None or r.get("state") == state)
+        ]
+        return found[-1] if found else None
+
+    backends = [b for b in ("postgres", "sqlite") if any(r["backend"] == b for r in rows)]
+    head = "| measurement | " + " | ".join(names[b] for b in backends) + " |"
+    table = [head, "|---|" + "---|" * len(backends)]
+
+    def line(label: str, cell) -> None:
+        table.append(f"| {label} | " + " | ".join(cell(b) for b in backends) + " |")
+
+    create = next((r for r in rows if r["measure"] == "create"), None)
+    if create:
+
+        def c_cell(b: str) -> str:
+            r = by("create", b)
+            if not r:
+                return "-"
+            return (
+                f"**{r['items_s']:,.0f}** items/s ({r['n'] / r['items_s']:.2f} s); "
+                f"send_many: {r['send_many_items_s']:,.0f} items/s"
+            )
+
+        line(
+            f"create a {create['n']:,}-item batch, `task.batch(items)`, median of "
+            f"{create['runs']} fresh databases",
+            c_cell,
+        )
+    plans = []
+    for r in rows:
+        if r["measure"] != "progress":
+            continue
+        done = sum(r["counts"].get(s, 0) for s in ("succeeded", "failed", "cancelled"))
+
+        def p_cell(b: str, r: dict = r) -> str:
+            if b != r["backend"]:
+                return "n/a"
+            return (
+                f"**{_ms(r['progress'], 'p50_ms', 'p95_ms')}** "
+                f"(GROUP BY alone {_ms(r['query'], 'p50_ms', 'p95_ms')})"
+            )
+
+        how = ""
+        if r.get("drain"):
+            d = r["drain"]
+            how = f", drained by a no-op worker at {d['jobs_s']:,.0f} jobs/s"
+        line(
+            f"`batch.progress()` on a {r['n']:,}-job batch, {r['state']} "
+            f"({done:,} finished{how}), p50 / p95 ms of {r['calls']} calls after ANALYZE",
+            p_cell,
+        )
+        for kind, e in (r.get("explain") or {}).items():
+            plans.append(f"- {r['state']}, {kind} plan: `{e['summary']}`")
+    close = next((r for r in rows if r["measure"] == "close_delay"), None)
+    if close:
+
+        def d_cell(b: str) -> str:
+            r = by("close_delay", b)
+            if not r:
+                return "-"
+            verdict = "met" if r["met"] else "MISSED"
+            return (
+                f"**{_ms(r['delay'], 'p50_ms', 'p99_ms', 'max_ms')}** "
+                f"(goal < {r['goal_ms']:,.0f} ms: {verdict})"
+            )
+
+        line(
+            f"close delay, {close['batches']} batches x {close['items']} no-op jobs, "
+            f"one every {close['gap_s'] * 1000:.0f} ms, flow_poll_s={close['flow_poll_s']:g}: "
+            "p50 / p99 / max ms",
+            d_cell,
+        )
+
+        def e_cell(b: str) -> str:
+            r = by("close_delay", b)
+            return _ms(r and r["created_to_closed"], "p50_ms", "p99_ms", "max_ms")
+
+        line("same batches, created to closed: p50 / p99 / max ms", e_cell)
+    out = [
+        "## Batches",
+        "",
+        f"`bench/bench_batches.py` (raw results: `{path}`). PostgreSQL database "
+        "`bench_batches` (dropped and created per measurement), SQLite "
+        f"`{rows[0]['settings'].get('sqlite_file', '?')}`; workers are in-process "
+        "`Worker`s on their own thread and connections. Close delay = the batch's "
+        "`finished_at` (written by the aggregator when it closes the batch) minus the "
+        "latest `finished_at` of its jobs. The PostgreSQL aggregator is woken by "
+        'NOTIFY "@flow", the SQLite one by its `PRAGMA data_version` watcher or poll.',
+        "",
+        *table,
+        "",
+    ]
+    if plans:
+        out += ["EXPLAIN (ANALYZE, BUFFERS) of the backend's `batch_progress` query:", ""]
+        out += [*plans, ""]
+    probes = [r for r in rows if r["measure"] == "finalize_probe"]
+    if probes:
+        p0 = probes[0]
+        out += [
+            f"Outcome writes (`job_finalize_many`, {p0['chunk']} outcomes per call, "
+            f"{p0['running']} jobs running, through the backend as a worker's completer "
+            "calls it), p50 / max ms; calls 11+ may use the prepared statement's generic "
+            "plan:",
+            "",
+        ]
+        for r in probes:
+            late = r.get("calls_11_on")
+            out.append(
+                f"- {r['stats']}: calls 1-10 {_ms(r['calls_1_10'], 'p50_ms', 'max_ms')}, "
+                f"calls 11-{len(r['calls_ms'])} {_ms(late, 'p50_ms', 'max_ms')}"
+            )
+        out.append("")
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("results")
@@ -108,6 +244,7 @@ def main() -> None:
     )
     p.add_argument("--write", help="also write the report (Markdown) here")
     p.add_argument("--command", default="make bench", help="the command that produced it")
+    p.add_argument("--batches", help="bench/bench_batches.py results (JSON lines) to add")
     args = p.parse_args()
 
     rows = load(args.results)
@@ -116,6 +253,9 @@ def main() -> None:
     print(tbl)
     print()
     print("\n".join(rat))
+    if args.batches:
+        print()
+        print("\n".join(batches_section(load(args.batches), args.batches)))
 
     if args.write:
         cmds = Path(args.commands).read_text().strip() if args.commands else ""
@@ -151,6 +291,8 @@ def main() -> None:
             *rat,
             "",
         ]
+        if args.batches:
+            doc += batches_section(load(args.batches), args.batches)
         Path(args.write).write_text("\n".join(doc))
 
 

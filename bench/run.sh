@@ -9,7 +9,11 @@
 #   3. PgQueuer (batch 100 x2, batch 10 x1), Conveyor on PostgreSQL (x2) and on
 #      SQLite (x1), 20,000 jobs each, appended to
 #      /tmp/peerbench/results/conveyor-<timestamp>.jsonl;
-#   4. the Markdown table and the ratios, printed and written to bench/RESULTS.md.
+#   4. Conveyor batches (bench/bench_batches.py: creating a 10,000-item batch,
+#      progress of a 100,000-job batch, close delay) on PostgreSQL and SQLite,
+#      appended to /tmp/peerbench/results/conveyor-batches-<timestamp>.jsonl;
+#   5. the Markdown table and the ratios, printed and written to bench/RESULTS.md
+#      (with a "Batches" section).
 #
 # Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
 # (the shared folder), BENCH_N (jobs per run, default 20000).
@@ -103,8 +107,16 @@ run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 2 --batch-size 100 --label 
 run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 1 --label batch10
 run "$PY" bench/bench_conveyor.py --backend postgres --n "$N" --runs 2 --label postgres
 run "$PY" bench/bench_conveyor.py --backend sqlite --n "$N" --runs 1 --label sqlite
-say "all runs took $(( $(date +%s) - T0 ))s; results in $OUT"
+say "peer runs took $(( $(date +%s) - T0 ))s; results in $OUT"
 
-# -- 4. the table and the ratios ----------------------------------------------------------
+# -- 4. batches (own script, own results file) ----------------------------------------------
+BOUT=$SCRATCH/results/conveyor-batches-$STAMP.jsonl
+T1=$(date +%s)
+say "$PY bench/bench_batches.py"
+echo "$PY bench/bench_batches.py --out $BOUT" >> "$CMDS"
+"$PY" bench/bench_batches.py --out "$BOUT" > /dev/null
+say "batch runs took $(( $(date +%s) - T1 ))s; results in $BOUT"
+
+# -- 5. the table and the ratios ----------------------------------------------------------
 "$PY" bench/report.py "$OUT" --commands "$CMDS" --peers "$PEERS" --write bench/RESULTS.md \
-  --command "${BENCH_COMMAND:-make bench}"
+  --command "${BENCH_COMMAND:-make bench}" --batches "$BOUT"
