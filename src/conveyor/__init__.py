@@ -2,6 +2,7 @@
 
 from .app import Conveyor
 from .batch import Batch
+from .cron import Periodic
 from .errors import (
     BadArguments,
     ConfigError,
@@ -36,6 +37,7 @@ __all__ = [
     "JobState",
     "JobTimeout",
     "NextStage",
+    "Periodic",
     "Permanent",
     "SchemaError",
     "SerializationError",

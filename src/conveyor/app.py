@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -12,6 +13,7 @@ from typing import Any, overload
 from .backends import open_backend
 from .backends.base import Backend, JobInsert, QueueCount, QueueInfo
 from .batch import Batch
+from .cron import Periodic
 from .errors import ConfigError, JobNotFound, SchemaError
 from .flow import Chain, Step, start_chain
 from .job import Job, JobState
@@ -64,6 +66,8 @@ class Conveyor:
         if priority_aging_s is not None and priority_aging_s <= 0:
             raise ConfigError(f"priority_aging_s must be > 0 or None, got {priority_aging_s}")
         self.tasks: dict[str, Task] = {}
+        #: periodic (cron) schedules by name; every worker enqueues their ticks
+        self.periodics: dict[str, Periodic] = {}
         self._backend: Backend | None = None
         self._lock = threading.Lock()
 
@@ -138,6 +142,8 @@ class Conveyor:
         timeout: float | None = None,
         backoff: Backoff | dict[str, float] | None = None,
         retry_on: Sequence[type[BaseException]] = (Exception,),
+        concurrency_key: str | Callable[..., str] | None = None,
+        concurrency_limit: int | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -152,11 +158,17 @@ class Conveyor:
         timeout: float | None = None,
         backoff: Backoff | dict[str, float] | None = None,
         retry_on: Sequence[type[BaseException]] = (Exception,),
+        concurrency_key: str | Callable[..., str] | None = None,
+        concurrency_limit: int | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
 
         ``retry_on``: exceptions that are retried; any other exception, or
         ``conveyor.Permanent``, fails the job at once.
+        ``concurrency_key`` + ``concurrency_limit``: at most that many jobs with the
+        same key run at once across the cluster. The key is the name of one of the
+        handler's parameters (the key is then ``"<name>=<value>"``, shared by every
+        task keyed on that name) or a callable taking the job's arguments.
         """
         defaults = TaskDefaults(
             queue=queue or self.default_queue,
@@ -165,6 +177,8 @@ class Conveyor:
             timeout=timeout,
             backoff=Backoff.coerce(backoff) or Backoff(),
             retry_on=tuple(retry_on),
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
         )
 
         def register(f: Callable[..., Any]) -> Task:
@@ -185,6 +199,72 @@ class Conveyor:
 
     def get_task(self, name: str) -> Task | None:
         return self.tasks.get(name)
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        missed: str = "skip",
+        catch_up: int | None = None,
+        grace_s: float = 60.0,
+        **task_options: Any,
+    ) -> Callable[[Callable[..., Any] | Task], Task]:
+        """Run a task on a cron schedule: ``@app.periodic("*/5 * * * *", timezone="Europe/Paris")``.
+
+        Registers the function as a task (``task_options`` go to ``app.task``; an
+        existing ``Task`` of this app is scheduled as it is) and returns the Task.
+        Every worker enqueues due ticks under one idempotency key per tick, so each
+        tick is one job however many workers run. Missed ticks: ``missed="skip"``
+        runs those at most ``grace_s`` old; ``catch_up=N`` the N most recent.
+        ``name`` (default: the function's) names the schedule, its keys and the new
+        task; with an existing task, only the schedule.
+        """
+
+        def register(f: Callable[..., Any] | Task) -> Task:
+            if isinstance(f, Task):
+                if f.app is not self:
+                    raise ConfigError(f"task {f.name!r} belongs to another Conveyor app")
+                if task_options:
+                    raise ConfigError(
+                        f"task {f.name!r} is already registered: pass its options to "
+                        f"@app.task, not to periodic() ({sorted(task_options)})"
+                    )
+            if isinstance(f, Task):
+                task_name = f.name
+            else:  # a new task is named like its schedule
+                task_name = name or getattr(f, "__name__", None) or "?"
+                task_options["name"] = task_name
+            p = Periodic(  # checks the schedule before anything is registered
+                task=task_name,
+                cron=cron,
+                timezone=timezone,
+                args=args,  # checked, and made a tuple, there
+                kwargs=kwargs if kwargs is not None else {},
+                missed=missed,
+                catch_up=catch_up,
+                grace_s=grace_s,
+                name=name or task_name,
+            )
+            if p.name in self.periodics:
+                raise ConfigError(
+                    f"a periodic named {p.name!r} is already registered; pass name= to "
+                    "tell the schedules apart"
+                )
+            t = f if isinstance(f, Task) else self.task(**task_options)(f)
+            try:
+                t.build(p.args, p.kwargs)  # arguments fit the handler and are JSON: fail now
+            except Exception:
+                if t is not f:
+                    del self.tasks[t.name]
+                raise
+            self.periodics[p.name] = dataclasses.replace(p, task=t)
+            return t
+
+        return register
 
     # -- producing -------------------------------------------------------------------
     def insert_jobs(
@@ -286,6 +366,13 @@ class Conveyor:
         if self.backend.job_request_cancel(job_id=int(job_id)):
             return "requested"
         return None
+
+    def set_queue_limit(self, name: str, max_running: int | None) -> None:
+        """At most ``max_running`` jobs of queue ``name`` run at once across every
+        worker (``None`` removes the limit). Workers apply a change within a second."""
+        if max_running is not None and (not isinstance(max_running, int) or max_running < 0):
+            raise ConfigError(f"max_running must be an integer >= 0 or None, got {max_running!r}")
+        self.backend.queue_set_limit(name=name, max_running=max_running)
 
     def pause_queue(self, name: str) -> None:
         """No worker claims from a paused queue; running jobs finish."""

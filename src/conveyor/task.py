@@ -46,8 +46,18 @@ class TaskDefaults:
     timeout: float | None = None
     backoff: Backoff = field(default_factory=Backoff)
     retry_on: tuple[type[BaseException], ...] = (Exception,)
+    concurrency_key: str | Callable[..., str] | None = None
+    concurrency_limit: int | None = None
 
     def __post_init__(self) -> None:
+        if (self.concurrency_key is None) != (self.concurrency_limit is None):
+            raise ConfigError("concurrency_key and concurrency_limit go together: pass both")
+        if self.concurrency_limit is not None and (
+            not isinstance(self.concurrency_limit, int) or self.concurrency_limit < 1
+        ):
+            raise ConfigError(
+                f"concurrency_limit must be an integer >= 1, got {self.concurrency_limit!r}"
+            )
         _check_options(
             priority=self.priority,
             max_attempts=self.max_attempts,
@@ -113,6 +123,12 @@ class Task:
         self.defaults = defaults
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
+        key = defaults.concurrency_key
+        if isinstance(key, str) and key not in self.signature.parameters:
+            raise ConfigError(
+                f"concurrency_key {key!r} of task {name!r} is not one of its parameters "
+                f"({', '.join(self.signature.parameters) or 'none'}); name one, or pass a callable"
+            )
         clash = SEND_OPTIONS & set(self.signature.parameters)
         if clash:
             raise ConfigError(
@@ -171,7 +187,27 @@ class Task:
     ) -> JobInsert:
         self.check_args(args, kwargs)
         encoded = encode_args(self.name, args, kwargs, self.app.max_payload_bytes)
-        return template._replace(args_json=encoded)
+        if self.defaults.concurrency_key is None:
+            return template._replace(args_json=encoded)
+        return template._replace(
+            args_json=encoded,
+            concurrency_key=self._concurrency_key(args, kwargs),
+            concurrency_limit=self.defaults.concurrency_limit,
+        )
+
+    def _concurrency_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        key = self.defaults.concurrency_key
+        if callable(key):
+            value = key(*args, **kwargs)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(
+                    f"concurrency_key of task {self.name!r} must return a "
+                    f"non-empty string, got {value!r}"
+                )
+            return value
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return f"{key}={bound.arguments[str(key)]}"
 
     def _inserts(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any]], template: JobInsert

@@ -96,3 +96,24 @@ def test_prune_keeps_jobs_of_open_batches(backend):
     backend.job_finalize_many(worker_id="w1", outcomes=[done(a)])
     assert backend.job_prune(state="succeeded", older_than_s=1, now=later(60)) == 0
     assert backend.batch_progress(batch_id=batch_id) == {"succeeded": 1, "running": 1}
+
+
+def test_claims_respect_per_key_limits(backend):
+    jobs = [ins(args=[i])._replace(concurrency_key="user=1", concurrency_limit=2) for i in range(5)]
+    jobs += [ins(args=[9])._replace(concurrency_key="user=2", concurrency_limit=2)]
+    backend.job_insert_many(jobs=jobs)
+    first = fetch(backend, n=10)
+    assert sorted(j.args[0] for j in first) == [0, 1, 9]  # two of user 1, one of user 2
+    assert fetch(backend, n=10) == []  # user 1 is full
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(first[0])])
+    assert len(fetch(backend, n=10)) == 1
+
+
+def test_claims_respect_a_queue_wide_limit(backend):
+    backend.job_insert_many(jobs=[ins() for _ in range(10)])
+    backend.queue_set_limit(name="q", max_running=3)
+    assert len(fetch(backend, n=10)) == 3
+    assert fetch(backend, n=10) == []
+    assert [q.max_running for q in backend.queue_list() if q.name == "q"] == [3]
+    backend.queue_set_limit(name="q", max_running=None)
+    assert len(fetch(backend, n=10)) == 7

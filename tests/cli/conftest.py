@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -14,7 +13,6 @@ from click.testing import CliRunner, Result
 
 from conveyor import Conveyor
 from conveyor.cli.main import cli
-from conveyor.runtime.worker import Worker
 
 from . import cliapp
 
@@ -29,34 +27,6 @@ def _no_conveyor_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # A developer's own CONVEYOR_* settings must not leak into what the tests check.
     monkeypatch.delenv("CONVEYOR_DATABASE_URL", raising=False)
     monkeypatch.delenv("CONVEYOR_APP", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def _cancellable_flow_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """WORKAROUND for a core bug; delete once Worker._flow_loop is fixed.
-
-    On Python < 3.12, ``asyncio.wait_for`` returns normally when the event it waits
-    for is set in the same loop iteration as the task is cancelled (and on SQLite any
-    write sets it). ``Worker._flow_loop`` then goes round its ``while True`` for ever
-    and ``Worker.run`` never returns: about one in-process burst worker in fifty hung
-    these tests. The wrapper cancels the loop until it really ends. Subprocess
-    workers are not patched.
-    """
-    if sys.version_info >= (3, 12):
-        return
-    original = Worker._flow_loop
-
-    async def flow_loop(self: Worker) -> None:
-        inner = asyncio.ensure_future(original(self))
-        try:
-            await asyncio.shield(inner)
-        except asyncio.CancelledError:
-            while not inner.done():
-                inner.cancel()
-                await asyncio.wait({inner}, timeout=0.1)
-            raise
-
-    monkeypatch.setattr(Worker, "_flow_loop", flow_loop)
 
 
 @pytest.fixture

@@ -314,15 +314,16 @@ def worker_thread(producer: Conveyor) -> Iterator[Worker]:
 def test_follow_draws_a_bar_on_a_terminal(
     invoke: Invoke, db_url: str, producer: Conveyor, worker_thread: Worker
 ) -> None:
-    batch = producer.tasks["sleepy"].batch([(0.2,)] * 6, name="bar")
+    # a name that is neither rich markup nor a format string, whatever it looks like
+    batch = producer.tasks["sleepy"].batch([(0.2,)] * 6, name="[b]{0}")
     # rich takes these for a terminal: the live bar, not lines
     env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "150"}
     result = invoke("batches", "show", str(batch.id), "--follow", url=db_url, env=env)
     assert result.exit_code == 0, result.output
     out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", result.stdout)  # colours, cursor moves
-    assert "━" in out and f"batch {batch.id} (bar)" in out
+    assert "━" in out and f"batch {batch.id} ([b]{{0}})" in out
     assert "6/6" in out and "100%" in out
-    assert out.endswith(f"batch {batch.id} (bar) closed: succeeded - 6 succeeded\n")
+    assert out.endswith(f"batch {batch.id} ([b]{{0}}) closed: succeeded - 6 succeeded\n")
 
 
 def test_follow_json_waits_then_prints_the_closed_batch(

@@ -52,7 +52,7 @@ def crash() -> None:
 @app.task
 async def item(i: int) -> int:
     record("item")
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
     return i
 
 
@@ -60,6 +60,24 @@ async def item(i: int) -> int:
 def batch_done(batch_id: int, counts: dict) -> str:
     record(f"callback:{counts.get('succeeded', 0)}:{counts.get('failed', 0)}")
     return "done"
+
+
+def record_span(kind: str, start: float) -> None:
+    record(f"{kind}|{start}|{time.time()}")
+
+
+@app.task(queue="keyed", concurrency_key="user", concurrency_limit=2)
+async def per_user(user: str, i: int) -> None:
+    start = time.time()
+    await asyncio.sleep(0.05)
+    record_span(f"user:{user}", start)
+
+
+@app.task(queue="capped")
+def capped(i: int) -> None:
+    start = time.time()
+    time.sleep(0.03)
+    record_span("capped", start)
 
 
 def create_batch(key: str, n: int, start_at: float) -> None:

@@ -35,11 +35,15 @@ def test_batch_survives_a_killed_worker_with_exact_counts_and_one_callback(procs
     }
     victim, survivor = procs.worker(**options), procs.worker(**options)
 
-    def both_busy() -> bool:
+    def victim_mid_run() -> bool:
+        """Both have worked, and the database shows the victim holding leases now."""
         lines = procs.lines("item")
-        return len(lines) > 300 and {pid for _, pid in lines} == {victim.pid, survivor.pid}
+        if len(lines) < 300 or {pid for _, pid in lines} != {victim.pid, survivor.pid}:
+            return False
+        running = app.list_jobs(state="running", limit=100)
+        return any(f":{victim.pid}:" in (j.lease_owner or "") for j in running)
 
-    wait_for(both_busy, timeout=60, what="both workers busy")
+    wait_for(victim_mid_run, timeout=60, what="the victim mid-run")
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     closed = batch.wait(timeout=120)

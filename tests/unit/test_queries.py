@@ -15,6 +15,7 @@ PG_ONLY = {
     "batch_retry_failed",
     "job_chain_append",  # jsonb ||; SQLite appends in Python under the write lock
     "job_prune",  # one DELETE with CTEs; SQLite: ids, then two deletes
+    "limits_lock",  # advisory lock; SQLite claims serialise under BEGIN IMMEDIATE
 }
 SQLITE_ONLY = {
     "job_finalize_one",

@@ -39,6 +39,9 @@ class JobInsert(NamedTuple):
     #: steps still to run after this job: a JSON list of step templates
     chain_json: str | None = None
     chain_root: int | None = None
+    #: at most concurrency_limit jobs with this key run at once, cluster-wide
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class QueueInfo:
     name: str
     paused: bool
     counts: dict[str, int]
+    max_running: int | None = None
 
 
 @dataclass(frozen=True)
@@ -305,6 +309,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def queue_list(self) -> list[QueueInfo]: ...
+
+    @abc.abstractmethod
+    def queue_set_limit(
+        self, *, name: str, max_running: int | None, now: datetime | None = None
+    ) -> None:
+        """At most ``max_running`` jobs of the queue run at once across all workers
+        (``None``: no limit). Workers see a change within a second."""
 
     @abc.abstractmethod
     def job_age_priorities(

@@ -291,7 +291,8 @@ def _describe(p: dict[str, Any]) -> str:
 def _follow_bar(batch: Batch, con: Console) -> Batch:
     title = f"batch {batch.id}" + (f" ({batch.name})" if batch.name else "")
     columns = (
-        TextColumn(f"[bold]{title}[/]"),
+        # the name is the user's: never read as a format string or as markup
+        TextColumn("{task.fields[title]}", markup=False, style="bold"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.percentage:>3.0f}%"),
@@ -300,7 +301,7 @@ def _follow_bar(batch: Batch, con: Console) -> Batch:
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=con, refresh_per_second=4, transient=False) as bar:
-        task = bar.add_task("", total=batch.total, eta="")
+        task = bar.add_task("", total=batch.total, eta="", title=title)
         while True:
             p = batch.progress()
             done = p["succeeded"] + p["failed"] + p["cancelled"]
@@ -333,7 +334,7 @@ def progress_line(batch: Batch, p: dict[str, Any]) -> Text:
 
 
 # -- operator actions ------------------------------------------------------------------------
-@batches_group.command("cancel")
+@batches_group.command("cancel", short_help="Cancel the batch's jobs not started yet.")
 @click.argument("batch_id", type=int, metavar="ID")
 @app_option
 @pass_state
@@ -367,7 +368,7 @@ def _already_closed(batch: Batch) -> click.ClickException:
     )
 
 
-@batches_group.command("retry-failed")
+@batches_group.command("retry-failed", short_help="Retry the batch's failed jobs; reopen it.")
 @click.argument("batch_id", type=int, metavar="ID")
 @app_option
 @pass_state

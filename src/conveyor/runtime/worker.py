@@ -26,6 +26,7 @@ from ..errors import ConfigError
 from ..job import Job
 from ..task import Task
 from .completer import Completer
+from .cron_service import CronService
 from .executor import Outcome, cancelled, classify, fail, run_handler
 from .pool import DaemonPool
 from .services import FlowService, Maintenance
@@ -37,6 +38,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conveyor.worker")
 T = TypeVar("T")
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> None:
+    """Wait for ``event`` or ``timeout``, whichever comes first.
+
+    Not ``asyncio.wait_for(event.wait(), ...)``: on Python 3.11 it can swallow a
+    cancellation that arrives in the same loop iteration as the event, and a
+    service loop built on it then never stops (a worker hung at shutdown).
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        pass
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 @dataclass(frozen=True)
@@ -203,6 +221,7 @@ class Worker:
                 ("heartbeat", self._heartbeat_loop()),
                 ("maintenance", self._maintenance_loop()),
                 ("flow", self._flow_loop()),
+                ("cron", self._cron_loop()),
             )
         ]
         try:
@@ -297,10 +316,8 @@ class Worker:
             return free
         self._slot_need = need
         self._slot_freed.clear()
-        try:  # with some slots free, claim for them soon rather than wait to fill up
-            await asyncio.wait_for(self._slot_freed.wait(), 0.01 if free > 0 else None)
-        except TimeoutError:
-            pass
+        # with some slots free, claim for them soon rather than wait to fill up
+        await wait_event(self._slot_freed, 0.01 if free > 0 else None)
         return self._free()
 
     async def _fetch_loop(self) -> None:
@@ -316,10 +333,7 @@ class Worker:
             if free <= 0:
                 continue
             if not more:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), poll)
-                except TimeoutError:
-                    pass
+                await wait_event(self._wake, poll)
                 if self._stopping:
                     break
             self._wake.clear()
@@ -458,10 +472,8 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         cfg = self.config
         while True:
-            try:  # a cancel or stop request (NOTIFY "@cancel") brings it forward
-                await asyncio.wait_for(self._hb_wake.wait(), cfg.heartbeat_every)
-            except TimeoutError:
-                pass
+            # a cancel or stop request (NOTIFY "@cancel") brings it forward
+            await wait_event(self._hb_wake, cfg.heartbeat_every)
             self._hb_wake.clear()
             snapshot = [Lease(i, t) for i, t in self.leases.items()]
             try:
@@ -524,6 +536,18 @@ class Worker:
                 log.error("maintenance pass failed: %s", exc)
             await asyncio.sleep(self.config.maintenance_s)
 
+    async def _cron_loop(self) -> None:
+        """Enqueue the due ticks of periodic tasks, just after every second."""
+        if not self.app.periodics:
+            return
+        service = CronService(self.app)
+        while True:
+            try:
+                await self._db("maintenance", service.step)
+            except Exception as exc:
+                log.error("cron pass (periodic tasks) failed: %s", exc)
+            await asyncio.sleep(1.005 - time.time() % 1.0)
+
     async def _flow_loop(self) -> None:
         """The batch aggregator and chain advancer; acts only while leader."""
         cfg = self.config
@@ -537,10 +561,7 @@ class Worker:
                 log.error("flow pass (batches, chains) failed: %s", exc)
             # The leader wakes on "@flow" hints; the others only poll for the lease.
             wait = cfg.flow_poll_s if service.is_leader else cfg.flow_ttl_s / 3
-            try:
-                await asyncio.wait_for(self._flow_wake.wait(), wait)
-            except TimeoutError:
-                pass
+            await wait_event(self._flow_wake, wait)
 
     # -- shutdown -------------------------------------------------------------------------
     async def _drain(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -112,6 +113,8 @@ _INSERT_COLUMNS = {
     "context_json": "context",
     "chain_json": "chain",
     "chain_root": "chain_root",
+    "concurrency_key": "concurrency_key",
+    "concurrency_limit": "concurrency_limit",
 }
 _FLOAT_COLUMNS = frozenset({"delay_s", "timeout_s"})
 _FINALIZE_COLUMNS = (
@@ -238,6 +241,7 @@ class PostgresBackend(Backend):
             psycopg.connect(url, connect_timeout=10).close()
         except psycopg.OperationalError as exc:
             raise _connect_error(url, exc) from exc
+        self._limits_cache: dict[tuple[str, ...], tuple[float, dict[str, int | None]]] = {}
         self.pool = ConnectionPool(
             url,
             min_size=1,
@@ -330,7 +334,10 @@ class PostgresBackend(Backend):
             return []
         keyed = any(j.unique_key or j.idempotency_key for j in jobs)
         query = Q["job_insert_many"] if keyed else KEYLESS_INSERT
+        limited = sorted({j.queue for j in jobs if j.concurrency_key})
         with self._cursor(conn) as cur:
+            if limited:  # claims from these queues must now go through the limits path
+                cur.execute(Q["queue_mark_keyed"], {"queues": limited})
 
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
                 rows = cur.execute(query, _insert_params(subset, now)).fetchall()
@@ -356,20 +363,46 @@ class PostgresBackend(Backend):
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
-        rows = self._run(
-            "job_fetch_available",
-            {
-                "queues": list(queues),
-                "worker_id": worker_id,
-                "limit": limit,
-                "lease_s": float(lease_s),
-                "now": now,
-            },
-        )
+        limits = self._queue_limits(queues)
+        free = [q for q in queues if q not in limits]
+        params = {"worker_id": worker_id, "lease_s": float(lease_s), "now": now}
+        rows = []
+        if free:  # the fast path: SKIP LOCKED, no limits to respect
+            rows = self._run("job_fetch_available", {**params, "queues": free, "limit": limit})
+        for queue in (q for q in queues if q in limits):
+            if len(rows) >= limit:
+                break
+            with self._tx() as cur:
+                cur.execute(Q["limits_lock"])
+                rows += cur.execute(
+                    Q["job_fetch_limited"],
+                    {
+                        **params,
+                        "queue": queue,
+                        "limit": limit - len(rows),
+                        "max_running": limits[queue],
+                        "window": max(100, 10 * limit),
+                    },
+                ).fetchall()
         jobs = [job_from_row(r, _ts, _json) for r in rows]
         order = {q: i for i, q in enumerate(queues)}
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
         return jobs
+
+    def _queue_limits(self, queues: Sequence[str]) -> dict[str, int | None]:
+        """Queues whose claims must respect limits -> their max_running, read at most
+        once a second. Keyed jobs are never claimed by the fast path, so a stale
+        answer can delay them but not over-admit them."""
+        key = tuple(queues)
+        cached = self._limits_cache.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        rows = self._run("queue_limits", {"queues": list(queues)})
+        limits = {
+            r["name"]: r["max_running"] for r in rows if r["keyed"] or r["max_running"] is not None
+        }
+        self._limits_cache[key] = (time.monotonic() + 1.0, limits)
+        return limits
 
     def job_finalize_many(
         self, *, worker_id: str, outcomes: Sequence[Finalize], now: datetime | None = None
@@ -443,9 +476,15 @@ class PostgresBackend(Backend):
 
     def queue_list(self) -> list[QueueInfo]:
         return [
-            QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"]))
+            QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"]), r["max_running"])
             for r in self._run("queue_list")
         ]
+
+    def queue_set_limit(
+        self, *, name: str, max_running: int | None, now: datetime | None = None
+    ) -> None:
+        self._run("queue_set_limit", {"name": name, "max_running": max_running, "now": now})
+        self._limits_cache.clear()
 
     def job_age_priorities(
         self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None

@@ -33,24 +33,28 @@ WITH t AS (
            coalesce(i.stage, %(stage_all)s::text) AS stage,
            coalesce(i.context, %(context_all)s::jsonb) AS context,
            coalesce(i.chain, %(chain_all)s::jsonb) AS chain,
-           coalesce(i.chain_root, %(chain_root_all)s::bigint) AS chain_root
+           coalesce(i.chain_root, %(chain_root_all)s::bigint) AS chain_root,
+           coalesce(i.concurrency_key, %(concurrency_key_all)s::text) AS concurrency_key,
+           coalesce(i.concurrency_limit, %(concurrency_limit_all)s::int) AS concurrency_limit
     FROM unnest(%(args)b::text[]::jsonb[], %(queue)b::text[], %(task)b::text[],
                 %(priority)b::int[], %(max_attempts)b::int[], %(timeout_s)b::float8[],
                 %(backoff)b::text[]::jsonb[], %(unique_key)b::text[],
                 %(idempotency_key)b::text[], %(delay_s)b::float8[], %(batch_id)b::bigint[],
                 %(stage)b::text[], %(context)b::text[]::jsonb[], %(chain)b::text[]::jsonb[],
-                %(chain_root)b::bigint[])
+                %(chain_root)b::bigint[], %(concurrency_key)b::text[], %(concurrency_limit)b::int[])
          WITH ORDINALITY AS i(args, queue, task, priority, max_attempts, timeout_s, backoff,
                               unique_key, idempotency_key, delay_s, batch_id, stage, context,
-                              chain, chain_root, ord)
+                              chain, chain_root, concurrency_key, concurrency_limit, ord)
 ), ins AS (
     INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                                backoff, unique_key, idempotency_key, batch_id, stage, context,
-                               chain, chain_root, created_at, scheduled_at)
+                               chain, chain_root, concurrency_key, concurrency_limit,
+                               created_at, scheduled_at)
     SELECT v.queue, v.task, v.args,
            CASE WHEN v.delay_s > 0 THEN 'scheduled' ELSE 'available' END,
            v.priority, v.max_attempts, v.timeout_s, v.backoff, v.unique_key, v.idempotency_key,
-           v.batch_id, v.stage, v.context, v.chain, v.chain_root,
+           v.batch_id, v.stage, v.context, v.chain, v.chain_root, v.concurrency_key,
+           v.concurrency_limit,
            t.now, t.now + make_interval(secs => v.delay_s)
     FROM v, t
     ORDER BY v.ord
@@ -92,6 +96,7 @@ WITH t AS (
              WHERE queue = q.name
                AND state IN ('available', 'scheduled')
                AND scheduled_at <= t.now
+               AND concurrency_key IS NULL  -- keyed jobs: job_fetch_limited only
              ORDER BY priority DESC, scheduled_at, id
              LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED
@@ -483,7 +488,7 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded
 -- name: queue_list
 -- Every queue that has jobs or settings, with its counts per state.
 SELECT coalesce(c.queue, q.name) AS name, coalesce(q.paused, false) AS paused,
-       coalesce(c.counts, '{}'::jsonb)::text AS counts
+       coalesce(c.counts, '{}'::jsonb)::text AS counts, q.max_running
 FROM (SELECT queue, jsonb_object_agg(state, n) AS counts
       FROM (SELECT queue, state, count(*) AS n FROM conveyor_jobs GROUP BY queue, state) s
       GROUP BY queue) c
@@ -538,3 +543,72 @@ WHERE j.state = %(state)s
   AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
   AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
   AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+
+-- name: queue_limits
+SELECT name, max_running, keyed FROM conveyor_queues WHERE name = ANY(%(queues)s::text[])
+
+-- name: queue_set_limit
+INSERT INTO conveyor_queues (name, max_running, updated_at)
+VALUES (%(name)s, %(max_running)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at
+
+-- name: queue_mark_keyed
+INSERT INTO conveyor_queues (name, keyed, updated_at)
+SELECT q, true, now() FROM unnest(%(queues)s::text[]) AS q
+ON CONFLICT (name) DO UPDATE SET keyed = true WHERE NOT conveyor_queues.keyed
+
+-- name: limits_lock
+-- Claims that must respect a limit take this lock in a statement of their own:
+-- in READ COMMITTED the claim statement that follows then has a snapshot taken
+-- after the previous limited claim committed, so its counts are current.
+SELECT pg_advisory_xact_lock(7262837502)
+
+-- name: job_fetch_limited
+-- One queue under limits: at most max_running running in the queue, and at most
+-- concurrency_limit running per concurrency_key (across all queues). Candidates
+-- are ranked per key; a candidate fits if its rank plus the key's running count
+-- stays within the key's limit. A window of candidates is examined, so a queue
+-- blocked by full keys still lets other keys through.
+WITH t AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), cand AS (
+    SELECT j.id, j.concurrency_key, j.concurrency_limit, j.priority, j.scheduled_at
+    FROM conveyor_jobs j, t
+    WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled') AND j.scheduled_at <= t.now
+      AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = j.queue AND p.paused)
+    ORDER BY j.priority DESC, j.scheduled_at, j.id
+    LIMIT %(window)s
+    FOR UPDATE OF j SKIP LOCKED
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key
+                                   ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rn
+    FROM cand c
+), busy AS (
+    SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
+    WHERE state = 'running' AND concurrency_key IN (SELECT concurrency_key FROM cand)
+    GROUP BY concurrency_key
+), room AS (
+    SELECT greatest(0, least(%(limit)s::bigint, coalesce(%(max_running)s::bigint - (
+        SELECT count(*) FROM conveyor_jobs WHERE queue = %(queue)s AND state = 'running'),
+        %(limit)s::bigint))) AS n
+), picked AS (
+    SELECT r.id FROM ranked r LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
+    WHERE r.concurrency_key IS NULL OR r.rn + coalesce(b.n, 0) <= r.concurrency_limit
+    ORDER BY r.priority DESC, r.scheduled_at, r.id
+    LIMIT (SELECT n FROM room)
+)
+UPDATE conveyor_jobs j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    lease_owner = %(worker_id)s,
+    lease_token = gen_random_uuid()::text,
+    lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
+    started_at = t.now,
+    error = NULL
+FROM picked, t
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
+          j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
+          j.idempotency_key, NULL::text AS result, j.error, j.lease_owner, j.lease_token,
+          j.lease_expires_at, j.created_at, j.scheduled_at, j.started_at, j.finished_at,
+          j.batch_id, j.context::text AS context, j.chain_root, j.concurrency_key

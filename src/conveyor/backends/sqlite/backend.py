@@ -230,6 +230,8 @@ class SQLiteBackend(Backend):
             return []
         ts = _epoch(now)
         with self._tx(conn) as cur:
+            for queue in sorted({j.queue for j in jobs if j.concurrency_key}):
+                cur.execute(Q["queue_mark_keyed"], {"queue": queue, "now": ts})
 
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
                 out = []
@@ -268,19 +270,26 @@ class SQLiteBackend(Backend):
             return []
         jobs: list[Job] = []
         with self._tx() as cur:
+            limits = {
+                r["name"]: r["max_running"]
+                for r in cur.execute(Q["queue_limits"], {"queues": json.dumps(list(queues))})
+                if r["keyed"] or r["max_running"] is not None
+            }
             for queue in queues:
                 if len(jobs) >= limit:
                     break
-                rows = cur.execute(
-                    Q["job_fetch_available"],
-                    {
-                        "queue": queue,
-                        "worker_id": worker_id,
-                        "limit": limit - len(jobs),
-                        "lease_s": lease_s,
-                        "now": ts,
-                    },
-                ).fetchall()
+                params = {
+                    "queue": queue,
+                    "worker_id": worker_id,
+                    "limit": limit - len(jobs),
+                    "lease_s": lease_s,
+                    "now": ts,
+                }
+                if queue in limits:  # under BEGIN IMMEDIATE the counts cannot move under us
+                    params.update(max_running=limits[queue], window=max(100, 10 * limit))
+                    rows = cur.execute(Q["job_fetch_limited"], params).fetchall()
+                else:
+                    rows = cur.execute(Q["job_fetch_available"], params).fetchall()
                 claimed = [job_from_row(r, _ts, _json) for r in rows]
                 claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
                 jobs.extend(claimed)
@@ -384,7 +393,18 @@ class SQLiteBackend(Backend):
     def queue_list(self) -> list[QueueInfo]:
         with self._tx(write=False) as cur:
             rows = cur.execute(Q["queue_list"]).fetchall()
-        return [QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"])) for r in rows]
+        return [
+            QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"]), r["max_running"])
+            for r in rows
+        ]
+
+    def queue_set_limit(
+        self, *, name: str, max_running: int | None, now: datetime | None = None
+    ) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                Q["queue_set_limit"], {"name": name, "max_running": max_running, "now": _epoch(now)}
+            )
 
     def job_age_priorities(
         self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None

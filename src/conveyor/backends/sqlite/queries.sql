@@ -8,10 +8,12 @@
 -- statement costs microseconds, and RETURNING pairs each row with its input).
 INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                            backoff, unique_key, idempotency_key, batch_id, stage, context,
-                           chain, chain_root, created_at, scheduled_at)
+                           chain, chain_root, concurrency_key, concurrency_limit,
+                           created_at, scheduled_at)
 VALUES (:queue, :task, :args_json, CASE WHEN :delay_s > 0 THEN 'scheduled' ELSE 'available' END,
         :priority, :max_attempts, :timeout_s, :backoff_json, :unique_key, :idempotency_key,
-        :batch_id, :stage, :context_json, :chain_json, :chain_root, :now, :now + :delay_s)
+        :batch_id, :stage, :context_json, :chain_json, :chain_root, :concurrency_key,
+        :concurrency_limit, :now, :now + :delay_s)
 ON CONFLICT DO NOTHING
 RETURNING id, unique_key, idempotency_key, state, queue
 
@@ -38,6 +40,7 @@ WHERE id IN (
       AND state IN ('available', 'scheduled')
       AND scheduled_at <= :now
       AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
+      AND concurrency_key IS NULL  -- keyed jobs: job_fetch_limited only
     ORDER BY priority DESC, scheduled_at, id
     LIMIT :limit
 )
@@ -301,12 +304,12 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded
 
 -- name: queue_list
 -- (No FULL JOIN before SQLite 3.39 everywhere: a UNION of the two sides.)
-SELECT name, max(paused) AS paused,
+SELECT name, max(paused) AS paused, max(max_running) AS max_running,
        coalesce((SELECT json_group_object(state, n) FROM
                    (SELECT state, count(*) AS n FROM conveyor_jobs WHERE queue = name GROUP BY state)),
                 '{}') AS counts
-FROM (SELECT DISTINCT queue AS name, 0 AS paused FROM conveyor_jobs
-      UNION ALL SELECT name, paused FROM conveyor_queues)
+FROM (SELECT DISTINCT queue AS name, 0 AS paused, NULL AS max_running FROM conveyor_jobs
+      UNION ALL SELECT name, paused, max_running FROM conveyor_queues)
 GROUP BY name
 ORDER BY name
 
@@ -342,3 +345,53 @@ DELETE FROM conveyor_jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: attempt_delete_ids
 DELETE FROM conveyor_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: queue_limits
+SELECT name, max_running, keyed FROM conveyor_queues
+WHERE name IN (SELECT value FROM json_each(:queues))
+
+-- name: queue_set_limit
+INSERT INTO conveyor_queues (name, max_running, updated_at) VALUES (:name, :max_running, :now)
+ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at
+
+-- name: queue_mark_keyed
+INSERT INTO conveyor_queues (name, keyed, updated_at) VALUES (:queue, 1, :now)
+ON CONFLICT (name) DO UPDATE SET keyed = 1 WHERE NOT conveyor_queues.keyed
+
+-- name: job_fetch_limited
+-- (See the PostgreSQL query. Claims already serialise under BEGIN IMMEDIATE.)
+WITH cand AS (
+    SELECT id, concurrency_key, concurrency_limit, priority, scheduled_at
+    FROM conveyor_jobs
+    WHERE queue = :queue AND state IN ('available', 'scheduled') AND scheduled_at <= :now
+      AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
+    ORDER BY priority DESC, scheduled_at, id
+    LIMIT :window
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key
+                                   ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rn
+    FROM cand c
+), busy AS (
+    SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
+    WHERE state = 'running' AND concurrency_key IN (SELECT concurrency_key FROM cand)
+    GROUP BY concurrency_key
+), room AS (
+    SELECT max(0, min(:limit, coalesce(:max_running - (
+        SELECT count(*) FROM conveyor_jobs WHERE queue = :queue AND state = 'running'),
+        :limit))) AS n
+), picked AS (
+    SELECT r.id FROM ranked r LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
+    WHERE r.concurrency_key IS NULL OR r.rn + coalesce(b.n, 0) <= r.concurrency_limit
+    ORDER BY r.priority DESC, r.scheduled_at, r.id
+    LIMIT (SELECT n FROM room)
+)
+UPDATE conveyor_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    lease_owner = :worker_id,
+    lease_token = lower(hex(randomblob(16))),
+    lease_expires_at = :now + :lease_s,
+    started_at = :now,
+    error = NULL
+WHERE id IN (SELECT id FROM picked)
+RETURNING *
