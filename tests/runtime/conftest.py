@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,21 @@ class Procs:
             return []
         rows = [ln.split() for ln in self.effects.read_text().splitlines()]
         return [(int(job), int(pid)) for k, job, pid in rows if k == kind]
+
+    def drain_and_stop(self, producer: Conveyor, workers: list[subprocess.Popen]) -> None:
+        """Wait until nothing is left to run, then SIGTERM the workers: each must
+        exit 0 (a graceful stop)."""
+        from .helpers import wait_for
+
+        active = ("available", "running", "scheduled")
+        wait_for(
+            lambda: not any(c.state in active and c.count for c in producer.counts()),
+            timeout=120,
+            what="all jobs done",
+        )
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        assert [w.wait(20) for w in workers] == [0] * len(workers)
 
     def cleanup(self) -> None:
         for p in self.started:

@@ -3,12 +3,9 @@ recording every execution's start and end and checking the overlap."""
 
 from __future__ import annotations
 
-import signal
 from collections import defaultdict
 
 import pytest
-
-from .helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -33,19 +30,7 @@ def test_limits_hold_across_three_racing_workers(procs, producer):
     workers = [
         procs.worker(queues=["keyed", "capped"], concurrency=10, poll_s=0.05) for _ in range(3)
     ]
-    wait_for(
-        lambda: (
-            not any(
-                c.state in ("available", "running", "scheduled") and c.count
-                for c in producer.counts()
-            )
-        ),
-        timeout=120,
-        what="all jobs done",
-    )
-    for w in workers:
-        w.send_signal(signal.SIGTERM)
-    assert [w.wait(20) for w in workers] == [0, 0, 0]
+    procs.drain_and_stop(producer, workers)
 
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     pids: dict[str, set[int]] = defaultdict(set)

@@ -34,19 +34,7 @@ def test_killed_worker_job_is_finished_by_another_exactly_once(procs, producer):
 def test_two_processes_racing_over_1000_jobs_lose_none_and_run_each_once(procs, producer):
     jobs = producer.tasks["effect"].send_many([(i,) for i in range(1000)])
     workers = [procs.worker(concurrency=10, lease_s=30) for _ in range(2)]
-    wait_for(
-        lambda: (
-            not any(
-                c.state in ("available", "running", "scheduled") and c.count
-                for c in producer.counts()
-            )
-        ),
-        timeout=120,
-        what="all jobs done",
-    )
-    for w in workers:
-        w.send_signal(signal.SIGTERM)
-    assert [w.wait(15) for w in workers] == [0, 0]
+    procs.drain_and_stop(producer, workers)
     ran = procs.lines("ran")
     per_job = Counter(job for job, _ in ran)
     assert set(per_job) == {j.id for j in jobs}
