@@ -144,6 +144,9 @@ class Conveyor:
         retry_on: Sequence[type[BaseException]] = (Exception,),
         concurrency_key: str | Callable[..., str] | None = None,
         concurrency_limit: int | None = None,
+        rate_limit: str | None = None,
+        rate_burst: float | None = None,
+        rate_key: str | Callable[..., str] | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -160,6 +163,9 @@ class Conveyor:
         retry_on: Sequence[type[BaseException]] = (Exception,),
         concurrency_key: str | Callable[..., str] | None = None,
         concurrency_limit: int | None = None,
+        rate_limit: str | None = None,
+        rate_burst: float | None = None,
+        rate_key: str | Callable[..., str] | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
 
@@ -169,6 +175,10 @@ class Conveyor:
         same key run at once across the cluster. The key is the name of one of the
         handler's parameters (the key is then ``"<name>=<value>"``, shared by every
         task keyed on that name) or a callable taking the job's arguments.
+        ``rate_limit="100/m"``: a token bucket shared by every worker through the
+        database; ``rate_burst`` tokens at most (default: one second's worth, at
+        least 1); one bucket per task unless ``rate_key`` names a parameter or is
+        a callable. Jobs over the limit wait, without using attempts.
         """
         defaults = TaskDefaults(
             queue=queue or self.default_queue,
@@ -179,6 +189,9 @@ class Conveyor:
             retry_on=tuple(retry_on),
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
+            rate_limit=rate_limit,
+            rate_burst=rate_burst,
+            rate_key=rate_key,
         )
 
         def register(f: Callable[..., Any]) -> Task:

@@ -48,8 +48,23 @@ class TaskDefaults:
     retry_on: tuple[type[BaseException], ...] = (Exception,)
     concurrency_key: str | Callable[..., str] | None = None
     concurrency_limit: int | None = None
+    rate_limit: str | None = None
+    rate_burst: float | None = None
+    rate_key: str | Callable[..., str] | None = None
+
+    @property
+    def rate_per_s(self) -> float | None:
+        return None if self.rate_limit is None else parse_rate(self.rate_limit)
 
     def __post_init__(self) -> None:
+        if self.rate_limit is None and (self.rate_burst is not None or self.rate_key is not None):
+            raise ConfigError("rate_burst and rate_key need a rate_limit, e.g. rate_limit='100/m'")
+        if self.rate_limit is not None:
+            parse_rate(self.rate_limit)
+        if self.rate_burst is not None and (
+            not isinstance(self.rate_burst, int | float) or self.rate_burst < 1
+        ):
+            raise ConfigError(f"rate_burst must be a number >= 1, got {self.rate_burst!r}")
         if (self.concurrency_key is None) != (self.concurrency_limit is None):
             raise ConfigError("concurrency_key and concurrency_limit go together: pass both")
         if self.concurrency_limit is not None and (
@@ -96,6 +111,24 @@ def _check_options(**opts: Any) -> None:
             raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
 
 
+_PER = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
+
+
+def parse_rate(spec: str) -> float:
+    """``"100/m"`` -> tokens per second. Units: s, m, h."""
+    try:
+        count, per = str(spec).replace(" ", "").split("/")
+        rate = float(count) / _PER[per]
+    except (ValueError, KeyError):
+        raise ConfigError(
+            f"rate_limit {spec!r} is not a rate: write it as COUNT/UNIT, e.g. '100/m', "
+            "'5/s' or '1000/h'"
+        ) from None
+    if rate <= 0:
+        raise ConfigError(f"rate_limit {spec!r} must be positive")
+    return rate
+
+
 def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
     try:
         text = _ENCODE({"args": list(args), "kwargs": dict(kwargs)})
@@ -123,12 +156,14 @@ class Task:
         self.defaults = defaults
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
-        key = defaults.concurrency_key
-        if isinstance(key, str) and key not in self.signature.parameters:
-            raise ConfigError(
-                f"concurrency_key {key!r} of task {name!r} is not one of its parameters "
-                f"({', '.join(self.signature.parameters) or 'none'}); name one, or pass a callable"
-            )
+        for option in ("concurrency_key", "rate_key"):
+            key = getattr(defaults, option)
+            if isinstance(key, str) and key not in self.signature.parameters:
+                params = ", ".join(self.signature.parameters) or "none"
+                raise ConfigError(
+                    f"{option} {key!r} of task {name!r} is not one of its parameters "
+                    f"({params}); name one, or pass a callable"
+                )
         clash = SEND_OPTIONS & set(self.signature.parameters)
         if clash:
             raise ConfigError(
@@ -187,27 +222,39 @@ class Task:
     ) -> JobInsert:
         self.check_args(args, kwargs)
         encoded = encode_args(self.name, args, kwargs, self.app.max_payload_bytes)
-        if self.defaults.concurrency_key is None:
+        d = self.defaults
+        if d.concurrency_key is None and d.rate_limit is None:
             return template._replace(args_json=encoded)
-        return template._replace(
-            args_json=encoded,
-            concurrency_key=self._concurrency_key(args, kwargs),
-            concurrency_limit=self.defaults.concurrency_limit,
-        )
+        limits: dict[str, Any] = {}
+        if d.concurrency_key is not None:
+            limits.update(
+                concurrency_key=self._key(d.concurrency_key, args, kwargs),
+                concurrency_limit=d.concurrency_limit,
+            )
+        if d.rate_limit is not None:
+            rate = parse_rate(d.rate_limit)
+            key = f"task={self.name}" if d.rate_key is None else self._key(d.rate_key, args, kwargs)
+            # Default burst: one second's worth (at least 1), so a worker polling at
+            # most once a second never lets tokens overflow and go to waste.
+            limits.update(rate_key=key, rate_per_s=rate, rate_burst=d.rate_burst or max(1.0, rate))
+        return template._replace(args_json=encoded, **limits)
 
-    def _concurrency_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-        key = self.defaults.concurrency_key
-        if callable(key):
-            value = key(*args, **kwargs)
+    def _key(
+        self, spec: str | Callable[..., str], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str:
+        """A limit's key: ``"<param>=<value>"`` for a parameter name, or what a
+        callable of the job's arguments returns."""
+        if callable(spec):
+            value = spec(*args, **kwargs)
             if not isinstance(value, str) or not value:
                 raise ConfigError(
-                    f"concurrency_key of task {self.name!r} must return a "
+                    f"a key function of task {self.name!r} must return a "
                     f"non-empty string, got {value!r}"
                 )
             return value
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        return f"{key}={bound.arguments[str(key)]}"
+        return f"{spec}={bound.arguments[spec]}"
 
     def _inserts(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any]], template: JobInsert

@@ -117,3 +117,25 @@ def test_claims_respect_a_queue_wide_limit(backend):
     assert [q.max_running for q in backend.queue_list() if q.name == "q"] == [3]
     backend.queue_set_limit(name="q", max_running=None)
     assert len(fetch(backend, n=10)) == 7
+
+
+def _rated(i, key="k", rate=1.0, burst=3.0):
+    return ins(args=[i])._replace(rate_key=key, rate_per_s=rate, rate_burst=burst)
+
+
+def test_rate_limited_claims_take_tokens_from_a_shared_bucket(backend):
+    backend.job_insert_many(jobs=[_rated(i) for i in range(10)])
+    t0 = datetime.now(UTC)
+    assert len(fetch(backend, n=10, now=t0)) == 3  # a full bucket: the burst
+    assert fetch(backend, n=10, now=t0 + timedelta(seconds=0.5)) == []  # half a token
+    assert len(fetch(backend, n=10, now=t0 + timedelta(seconds=2.1))) == 2  # refilled 2.1
+    assert len(fetch(backend, n=10, now=t0 + timedelta(seconds=60))) == 3  # capped at burst
+    got = backend.job_list(state="available")
+    assert len(got) == 2 and all(j.attempts == 0 for j in got)  # waiting uses no attempt
+
+
+def test_each_rate_key_has_its_own_bucket(backend):
+    backend.job_insert_many(jobs=[_rated(i, key=f"u{i % 2}", burst=1) for i in range(6)])
+    t0 = datetime.now(UTC)
+    claimed = fetch(backend, n=10, now=t0)
+    assert sorted(j.args[0] % 2 for j in claimed) == [0, 1]

@@ -28,6 +28,17 @@ COMMANDS = [
     ["batches", "show"],
     ["batches", "cancel"],
     ["batches", "retry-failed"],
+    ["queues"],
+    ["queues", "list"],
+    ["queues", "pause"],
+    ["queues", "resume"],
+    ["queues", "limit"],
+    ["workers"],
+    ["workers", "list"],
+    ["workers", "stop"],
+    ["prune"],
+    ["periodic"],
+    ["periodic", "list"],
 ]
 
 
@@ -50,8 +61,24 @@ def test_every_command_has_help(invoke: Invoke, command: list[str]) -> None:
         assert all(name in result.stdout for name in ("list", "show", "retry", "cancel"))
     if command == ["batches"]:
         assert all(name in result.stdout for name in ("list", "show", "cancel", "retry-failed"))
+    if command == ["queues"]:
+        assert all(name in result.stdout for name in ("list", "pause", "resume", "limit"))
+    if command == ["workers"]:
+        assert all(name in result.stdout for name in ("list", "stop"))
     if not command:
-        names = ("worker", "migrate", "enqueue", "status", "jobs", "batches", "demo")
+        names = (
+            "worker",
+            "migrate",
+            "enqueue",
+            "status",
+            "jobs",
+            "batches",
+            "queues",
+            "workers",
+            "prune",
+            "periodic",
+            "demo",
+        )
         for name in (*names, "--database-url"):
             assert name in result.stdout
 

@@ -80,6 +80,11 @@ def capped(i: int) -> None:
     record_span("capped", start)
 
 
+@app.task(queue="rated", rate_limit="10/s")
+async def rated(i: int) -> None:
+    record(f"rated|{time.time()}")
+
+
 def create_batch(key: str, n: int, start_at: float) -> None:
     """Race mode: wait for a common instant, then create the batch."""
     time.sleep(max(0.0, start_at - time.time()))

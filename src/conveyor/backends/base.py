@@ -42,6 +42,10 @@ class JobInsert(NamedTuple):
     #: at most concurrency_limit jobs with this key run at once, cluster-wide
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    #: a token bucket shared by all workers: rate_per_s tokens a second, up to burst
+    rate_key: str | None = None
+    rate_per_s: float | None = None
+    rate_burst: float | None = None
 
 
 @dataclass(frozen=True)

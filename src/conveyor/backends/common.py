@@ -185,3 +185,16 @@ def callback_insert(batch: BatchRecord) -> JobInsert | None:
     args = json.dumps({"args": [batch.id, batch.counts or {}], "kwargs": {}})
     key = f"conveyor:batch:{batch.id}:close:{batch.closings}"
     return template._replace(args_json=args, idempotency_key=key, unique_key=None)
+
+
+def rate_spending(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tokens the jobs just claimed take from their buckets: one entry per key."""
+    spend: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        key = r.get("rate_key")
+        if key:
+            entry = spend.setdefault(
+                key, {"key": key, "taken": 0, "rate": r["rate_per_s"], "burst": r["rate_burst"]}
+            )
+            entry["taken"] += 1
+    return list(spend.values())

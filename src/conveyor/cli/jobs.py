@@ -25,6 +25,9 @@ from .render import (
     when,
 )
 
+#: states a job never leaves on its own (retry is an operator's decision)
+FINISHED = ("succeeded", "failed", "cancelled")
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
@@ -284,7 +287,13 @@ def cancel_job(state: State, job_id: int) -> None:
     """
     app = state.app()
     job = app.get_job(job_id)
-    outcome: Any = app.cancel_job(job_id)
+    outcome: Any = None
+    for _ in range(3):
+        outcome = app.cancel_job(job_id)
+        # None: finished, or moved between the two steps of cancel_job (a running job
+        # released back to available at a worker's shutdown): then try again.
+        if outcome or app.get_job(job_id).state in FINISHED:
+            break
     if outcome == "requested":
         click.echo(
             f"job {job_id} ({job.task}) is running: cancellation requested "
@@ -293,7 +302,7 @@ def cancel_job(state: State, job_id: int) -> None:
         return
     if not outcome:
         now = app.get_job(job_id).state
-        if now == "running":  # a core that cannot cancel running jobs
-            raise refuse(f"job {job_id} is running: running jobs cannot be cancelled yet")
+        if now not in FINISHED:
+            raise refuse(f"job {job_id} kept changing state (now {now}): try again")
         raise refuse(f"job {job_id} is {now}: only unfinished jobs can be cancelled")
     click.echo(f"job {job_id} ({job.task}) cancelled")

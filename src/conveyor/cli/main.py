@@ -14,8 +14,12 @@ from .batches import batches_group
 from .core import CliError, ConveyorGroup, State, app_option, make_state, pass_state
 from .demo import demo
 from .jobs import jobs_group
+from .periodic import periodic_group
+from .prune import prune
+from .queues import queues_group
 from .status import status
 from .worker import worker
+from .workers import workers_group
 
 
 @click.group(cls=ConveyorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,6 +53,10 @@ def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     conveyor status                          jobs per queue and state, live workers
     conveyor jobs list --state failed        inspect, retry and cancel jobs
     conveyor batches show 7 --follow         watch a batch until it closes
+    conveyor queues pause emails             pause, resume and limit queues
+    conveyor workers stop ID                 list workers, stop one remotely
+    conveyor prune --dry-run                 apply retention to finished jobs now
+    conveyor periodic list --app myapp:app   cron schedules and their next ticks
     conveyor demo                            see it all work on a throwaway SQLite file
 
     Errors print one `error: ...` line and exit with status 2.
@@ -154,6 +162,10 @@ cli.add_command(worker)
 cli.add_command(status)
 cli.add_command(jobs_group)
 cli.add_command(batches_group)
+cli.add_command(queues_group)
+cli.add_command(workers_group)
+cli.add_command(prune)
+cli.add_command(periodic_group)
 cli.add_command(demo)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,9 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ..app import Conveyor
-from ..backends.base import QueueCount, WorkerInfo
+from ..backends.base import QueueInfo, WorkerInfo
 from ..batch import Batch
 from .core import State, app_option, pass_state
+from .queues import full_counts
 from .render import STATE_STYLES, STATES, cell, console, echo_json, seconds, when
 
 
@@ -22,16 +22,22 @@ from .render import STATE_STYLES, STATES, cell, console, echo_json, seconds, whe
 @app_option
 @pass_state
 def status(state: State, as_json: bool) -> None:
-    """Show how many jobs each queue holds in each state, the open batches, and the
-    live workers."""
+    """Show how many jobs each queue holds in each state (with paused queues and
+    limits marked), the open batches, and the live workers. With --app, also how
+    many periodic schedules the app declares."""
     app = state.app()
-    counts = by_queue(app.counts())
+    queues = shown_queues(app.queues())
+    counts = {q.name: full_counts(q) for q in queues}
     n_open, shown = open_batches(app)
     workers = app.backend.worker_list()
+    periodics = len(app.periodics) if state.app_spec else None
     if as_json:
         echo_json(
             {
                 "queues": counts,
+                "queue_settings": {
+                    q.name: {"paused": bool(q.paused), "max_running": q.max_running} for q in queues
+                },
                 "batches": {
                     "running": n_open,
                     "shown": [
@@ -39,40 +45,66 @@ def status(state: State, as_json: bool) -> None:
                     ],
                 },
                 "workers": [worker_dict(w) for w in workers],
+                "periodics": periodics,
             }
         )
         return
     con = console()
-    con.print(counts_table(counts) if counts else "no jobs yet")
+    con.print(counts_table(queues) if queues else "no jobs yet")
     con.print()
     if n_open:
         con.print(batches_table(n_open, shown))
         con.print()
     con.print(workers_table(workers) if workers else "no workers running")
+    if periodics is not None:
+        con.print()
+        con.print(
+            f"periodic schedules: {periodics}"
+            + (f" (conveyor periodic list --app {state.app_spec})" if periodics else "")
+        )
 
 
-def by_queue(rows: list[QueueCount]) -> dict[str, dict[str, int]]:
-    """{queue: {state: n}} with every state present, so columns line up and JSON
-    consumers need not guess missing keys."""
-    table: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATES, 0))
-    for row in rows:
-        table[row.queue][row.state] = table[row.queue].get(row.state, 0) + row.count
-    return dict(sorted(table.items()))
+def shown_queues(queues: list[QueueInfo]) -> list[QueueInfo]:
+    """Queues with jobs, or paused, or limited (a queue whose settings were all undone
+    is left out), by name."""
+    return sorted(
+        (q for q in queues if any(q.counts.values()) or q.paused or q.max_running is not None),
+        key=lambda q: q.name,
+    )
 
 
-def counts_table(counts: dict[str, dict[str, int]]) -> Table:
+def counts_table(queues: list[QueueInfo]) -> Table:
     table = Table(title="jobs", title_justify="left", show_edge=False, header_style="bold")
+    limits = any(q.max_running is not None for q in queues)
     table.add_column("queue")
+    if limits:
+        table.add_column("max running", justify="right")
     for name in STATES:
         table.add_column(name, justify="right", header_style=f"bold {STATE_STYLES[name]}")
     totals = dict.fromkeys(STATES, 0)
-    for queue, row in counts.items():
-        table.add_row(cell(queue), *(_count(row[s]) for s in STATES))
+    for q in queues:
+        row = full_counts(q)
+        name = Text(q.name)
+        if q.paused:
+            name.append(" (paused)", style="bold yellow")
+        limit = [cell("" if q.max_running is None else q.max_running)] if limits else []
+        table.add_row(name, *limit, *(_count(row[s]) for s in STATES))
         for s in STATES:
             totals[s] += row[s]
-    if len(counts) > 1:
+    if len(queues) > 1:
         table.add_section()
-        table.add_row(Text("total", style="bold"), *(_count(totals[s]) for s in STATES))
+        table.add_row(
+            Text("total", style="bold"),
+            *([cell("")] if limits else []),
+            *(_count(totals[s]) for s in STATES),
+        )
+    paused = [q.name for q in queues if q.paused]
+    if paused:
+        table.caption = (
+            f"paused: {', '.join(paused)}: workers claim nothing new from "
+            f"{'it' if len(paused) == 1 else 'them'} (conveyor queues resume NAME)"
+        )
+        table.caption_justify = "left"
     return table
 
 
@@ -128,26 +160,24 @@ def workers_table(workers: list[WorkerInfo]) -> Table:
     table = Table(title="workers", title_justify="left", show_edge=False, header_style="bold")
     for name in ("id", "queues", "concurrency", "started", "last seen"):
         table.add_column(name, justify="right" if name == "concurrency" else "left")
-    stale = 0
     for w in workers:
-        age = _age(w)
-        stale += age is not None and age > STALE_S
         table.add_row(
             cell(w.id),
             cell(",".join(w.queues)),
             cell(w.concurrency),
             cell(when(w.started_at)),
-            cell(
-                "" if age is None else f"{seconds(age)} ago", "red" if (age or 0) > STALE_S else ""
-            ),
+            last_seen_cell(w),
         )
+    stale = sum(is_silent(w) for w in workers)
     if stale:
-        table.caption = (
-            f"{stale} worker(s) silent for over {STALE_S:.0f}s: probably gone without "
-            "deregistering (their running jobs come back when their leases expire)"
-        )
+        table.caption = silent_caption(stale)
         table.caption_justify = "left"
     return table
+
+
+def last_seen_cell(w: WorkerInfo) -> Text:
+    age = _age(w)
+    return cell("" if age is None else f"{seconds(age)} ago", "red" if is_silent(w) else "")
 
 
 def _age(w: WorkerInfo) -> float | None:
@@ -166,4 +196,18 @@ def worker_dict(w: WorkerInfo) -> dict[str, Any]:
         "started_at": w.started_at,
         "last_seen_at": w.last_seen_at,
         "last_seen_s_ago": _age(w),
+        "silent": is_silent(w),
     }
+
+
+def is_silent(w: WorkerInfo) -> bool:
+    """Not heard from for over STALE_S: most likely gone without deregistering."""
+    age = _age(w)
+    return age is not None and age > STALE_S
+
+
+def silent_caption(n: int) -> str:
+    return (
+        f"{n} worker(s) silent for over {STALE_S:.0f}s: probably gone without "
+        "deregistering (their running jobs come back when their leases expire)"
+    )

@@ -42,6 +42,7 @@ from ..common import (
     close_state,
     insert_resolving,
     job_from_row,
+    rate_spending,
 )
 from ..sqlfiles import load_migrations, load_queries, split_statements
 
@@ -115,8 +116,11 @@ _INSERT_COLUMNS = {
     "chain_root": "chain_root",
     "concurrency_key": "concurrency_key",
     "concurrency_limit": "concurrency_limit",
+    "rate_key": "rate_key",
+    "rate_per_s": "rate_per_s",
+    "rate_burst": "rate_burst",
 }
-_FLOAT_COLUMNS = frozenset({"delay_s", "timeout_s"})
+_FLOAT_COLUMNS = frozenset({"delay_s", "timeout_s", "rate_per_s", "rate_burst"})
 _FINALIZE_COLUMNS = (
     "state",
     "outcome",
@@ -334,7 +338,7 @@ class PostgresBackend(Backend):
             return []
         keyed = any(j.unique_key or j.idempotency_key for j in jobs)
         query = Q["job_insert_many"] if keyed else KEYLESS_INSERT
-        limited = sorted({j.queue for j in jobs if j.concurrency_key})
+        limited = sorted({j.queue for j in jobs if j.concurrency_key or j.rate_key})
         with self._cursor(conn) as cur:
             if limited:  # claims from these queues must now go through the limits path
                 cur.execute(Q["queue_mark_keyed"], {"queues": limited})
@@ -374,7 +378,7 @@ class PostgresBackend(Backend):
                 break
             with self._tx() as cur:
                 cur.execute(Q["limits_lock"])
-                rows += cur.execute(
+                claimed = cur.execute(
                     Q["job_fetch_limited"],
                     {
                         **params,
@@ -384,6 +388,9 @@ class PostgresBackend(Backend):
                         "window": max(100, 10 * limit),
                     },
                 ).fetchall()
+                for spend in rate_spending(claimed):  # same transaction, same lock
+                    cur.execute(Q["rate_spend"], {**spend, "now": now})
+                rows += claimed
         jobs = [job_from_row(r, _ts, _json) for r in rows]
         order = {q: i for i, q in enumerate(queues)}
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))

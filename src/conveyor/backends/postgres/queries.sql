@@ -35,26 +35,31 @@ WITH t AS (
            coalesce(i.chain, %(chain_all)s::jsonb) AS chain,
            coalesce(i.chain_root, %(chain_root_all)s::bigint) AS chain_root,
            coalesce(i.concurrency_key, %(concurrency_key_all)s::text) AS concurrency_key,
-           coalesce(i.concurrency_limit, %(concurrency_limit_all)s::int) AS concurrency_limit
+           coalesce(i.concurrency_limit, %(concurrency_limit_all)s::int) AS concurrency_limit,
+           coalesce(i.rate_key, %(rate_key_all)s::text) AS rate_key,
+           coalesce(i.rate_per_s, %(rate_per_s_all)s::float8) AS rate_per_s,
+           coalesce(i.rate_burst, %(rate_burst_all)s::float8) AS rate_burst
     FROM unnest(%(args)b::text[]::jsonb[], %(queue)b::text[], %(task)b::text[],
                 %(priority)b::int[], %(max_attempts)b::int[], %(timeout_s)b::float8[],
                 %(backoff)b::text[]::jsonb[], %(unique_key)b::text[],
                 %(idempotency_key)b::text[], %(delay_s)b::float8[], %(batch_id)b::bigint[],
                 %(stage)b::text[], %(context)b::text[]::jsonb[], %(chain)b::text[]::jsonb[],
-                %(chain_root)b::bigint[], %(concurrency_key)b::text[], %(concurrency_limit)b::int[])
+                %(chain_root)b::bigint[], %(concurrency_key)b::text[], %(concurrency_limit)b::int[],
+                %(rate_key)b::text[], %(rate_per_s)b::float8[], %(rate_burst)b::float8[])
          WITH ORDINALITY AS i(args, queue, task, priority, max_attempts, timeout_s, backoff,
                               unique_key, idempotency_key, delay_s, batch_id, stage, context,
-                              chain, chain_root, concurrency_key, concurrency_limit, ord)
+                              chain, chain_root, concurrency_key, concurrency_limit, rate_key,
+                              rate_per_s, rate_burst, ord)
 ), ins AS (
     INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                                backoff, unique_key, idempotency_key, batch_id, stage, context,
                                chain, chain_root, concurrency_key, concurrency_limit,
-                               created_at, scheduled_at)
+                               rate_key, rate_per_s, rate_burst, created_at, scheduled_at)
     SELECT v.queue, v.task, v.args,
            CASE WHEN v.delay_s > 0 THEN 'scheduled' ELSE 'available' END,
            v.priority, v.max_attempts, v.timeout_s, v.backoff, v.unique_key, v.idempotency_key,
            v.batch_id, v.stage, v.context, v.chain, v.chain_root, v.concurrency_key,
-           v.concurrency_limit,
+           v.concurrency_limit, v.rate_key, v.rate_per_s, v.rate_burst,
            t.now, t.now + make_interval(secs => v.delay_s)
     FROM v, t
     ORDER BY v.ord
@@ -96,7 +101,7 @@ WITH t AS (
              WHERE queue = q.name
                AND state IN ('available', 'scheduled')
                AND scheduled_at <= t.now
-               AND concurrency_key IS NULL  -- keyed jobs: job_fetch_limited only
+               AND concurrency_key IS NULL AND rate_key IS NULL  -- those: job_fetch_limited
              ORDER BY priority DESC, scheduled_at, id
              LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED
@@ -568,11 +573,15 @@ SELECT pg_advisory_xact_lock(7262837502)
 -- concurrency_limit running per concurrency_key (across all queues). Candidates
 -- are ranked per key; a candidate fits if its rank plus the key's running count
 -- stays within the key's limit. A window of candidates is examined, so a queue
--- blocked by full keys still lets other keys through.
+-- blocked by full keys still lets other keys through. Rate-limited jobs also need
+-- a token: each bucket is refilled lazily here (min(burst, tokens + elapsed *
+-- rate)) and a key gets at most floor(tokens) jobs; the backend spends them in the
+-- same transaction (rate_spend).
 WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), cand AS (
-    SELECT j.id, j.concurrency_key, j.concurrency_limit, j.priority, j.scheduled_at
+    SELECT j.id, j.concurrency_key, j.concurrency_limit, j.rate_key, j.rate_per_s, j.rate_burst,
+           j.priority, j.scheduled_at
     FROM conveyor_jobs j, t
     WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled') AND j.scheduled_at <= t.now
       AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = j.queue AND p.paused)
@@ -580,20 +589,33 @@ WITH t AS (
     LIMIT %(window)s
     FOR UPDATE OF j SKIP LOCKED
 ), ranked AS (
-    SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key
-                                   ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rn
+    SELECT c.*,
+           row_number() OVER (PARTITION BY c.concurrency_key
+                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rn,
+           row_number() OVER (PARTITION BY c.rate_key
+                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rate_rn
     FROM cand c
 ), busy AS (
     SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
     WHERE state = 'running' AND concurrency_key IN (SELECT concurrency_key FROM cand)
     GROUP BY concurrency_key
+), bucket AS (
+    SELECT k.rate_key,
+           least(k.burst, coalesce(b.tokens + extract(epoch FROM t.now - b.updated_at) * k.rate,
+                                   k.burst)) AS tokens
+    FROM (SELECT rate_key, max(rate_per_s) AS rate, max(rate_burst) AS burst FROM cand
+          WHERE rate_key IS NOT NULL GROUP BY rate_key) k
+    LEFT JOIN conveyor_rate_limits b ON b.key = k.rate_key, t
 ), room AS (
     SELECT greatest(0, least(%(limit)s::bigint, coalesce(%(max_running)s::bigint - (
         SELECT count(*) FROM conveyor_jobs WHERE queue = %(queue)s AND state = 'running'),
         %(limit)s::bigint))) AS n
 ), picked AS (
-    SELECT r.id FROM ranked r LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
-    WHERE r.concurrency_key IS NULL OR r.rn + coalesce(b.n, 0) <= r.concurrency_limit
+    SELECT r.id FROM ranked r
+    LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
+    LEFT JOIN bucket k ON k.rate_key = r.rate_key
+    WHERE (r.concurrency_key IS NULL OR r.rn + coalesce(b.n, 0) <= r.concurrency_limit)
+      AND (r.rate_key IS NULL OR r.rate_rn <= floor(k.tokens))
     ORDER BY r.priority DESC, r.scheduled_at, r.id
     LIMIT (SELECT n FROM room)
 )
@@ -611,4 +633,15 @@ RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.at
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, NULL::text AS result, j.error, j.lease_owner, j.lease_token,
           j.lease_expires_at, j.created_at, j.scheduled_at, j.started_at, j.finished_at,
-          j.batch_id, j.context::text AS context, j.chain_root, j.concurrency_key
+          j.batch_id, j.context::text AS context, j.chain_root, j.concurrency_key,
+          j.rate_key, j.rate_per_s, j.rate_burst
+
+-- name: rate_spend
+-- Take `taken` tokens from a bucket, refilling it first for the time elapsed.
+INSERT INTO conveyor_rate_limits (key, tokens, updated_at)
+VALUES (%(key)s, %(burst)s - %(taken)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (key) DO UPDATE
+SET tokens = least(%(burst)s, conveyor_rate_limits.tokens
+                   + extract(epoch FROM excluded.updated_at - conveyor_rate_limits.updated_at)
+                     * %(rate)s) - %(taken)s,
+    updated_at = excluded.updated_at

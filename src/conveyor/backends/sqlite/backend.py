@@ -38,6 +38,7 @@ from ..common import (
     close_state,
     insert_resolving,
     job_from_row,
+    rate_spending,
 )
 from ..sqlfiles import load_migrations, load_queries, split_statements
 
@@ -230,7 +231,7 @@ class SQLiteBackend(Backend):
             return []
         ts = _epoch(now)
         with self._tx(conn) as cur:
-            for queue in sorted({j.queue for j in jobs if j.concurrency_key}):
+            for queue in sorted({j.queue for j in jobs if j.concurrency_key or j.rate_key}):
                 cur.execute(Q["queue_mark_keyed"], {"queue": queue, "now": ts})
 
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
@@ -288,6 +289,8 @@ class SQLiteBackend(Backend):
                 if queue in limits:  # under BEGIN IMMEDIATE the counts cannot move under us
                     params.update(max_running=limits[queue], window=max(100, 10 * limit))
                     rows = cur.execute(Q["job_fetch_limited"], params).fetchall()
+                    for spend in rate_spending(rows):
+                        cur.execute(Q["rate_spend"], {**spend, "now": ts})
                 else:
                     rows = cur.execute(Q["job_fetch_available"], params).fetchall()
                 claimed = [job_from_row(r, _ts, _json) for r in rows]

@@ -9,11 +9,11 @@
 INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                            backoff, unique_key, idempotency_key, batch_id, stage, context,
                            chain, chain_root, concurrency_key, concurrency_limit,
-                           created_at, scheduled_at)
+                           rate_key, rate_per_s, rate_burst, created_at, scheduled_at)
 VALUES (:queue, :task, :args_json, CASE WHEN :delay_s > 0 THEN 'scheduled' ELSE 'available' END,
         :priority, :max_attempts, :timeout_s, :backoff_json, :unique_key, :idempotency_key,
         :batch_id, :stage, :context_json, :chain_json, :chain_root, :concurrency_key,
-        :concurrency_limit, :now, :now + :delay_s)
+        :concurrency_limit, :rate_key, :rate_per_s, :rate_burst, :now, :now + :delay_s)
 ON CONFLICT DO NOTHING
 RETURNING id, unique_key, idempotency_key, state, queue
 
@@ -40,7 +40,7 @@ WHERE id IN (
       AND state IN ('available', 'scheduled')
       AND scheduled_at <= :now
       AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
-      AND concurrency_key IS NULL  -- keyed jobs: job_fetch_limited only
+      AND concurrency_key IS NULL AND rate_key IS NULL  -- those: job_fetch_limited
     ORDER BY priority DESC, scheduled_at, id
     LIMIT :limit
 )
@@ -361,27 +361,40 @@ ON CONFLICT (name) DO UPDATE SET keyed = 1 WHERE NOT conveyor_queues.keyed
 -- name: job_fetch_limited
 -- (See the PostgreSQL query. Claims already serialise under BEGIN IMMEDIATE.)
 WITH cand AS (
-    SELECT id, concurrency_key, concurrency_limit, priority, scheduled_at
+    SELECT id, concurrency_key, concurrency_limit, rate_key, rate_per_s, rate_burst, priority,
+           scheduled_at
     FROM conveyor_jobs
     WHERE queue = :queue AND state IN ('available', 'scheduled') AND scheduled_at <= :now
       AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
     ORDER BY priority DESC, scheduled_at, id
     LIMIT :window
 ), ranked AS (
-    SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key
-                                   ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rn
+    SELECT c.*,
+           row_number() OVER (PARTITION BY c.concurrency_key
+                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rn,
+           row_number() OVER (PARTITION BY c.rate_key
+                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rate_rn
     FROM cand c
 ), busy AS (
     SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
     WHERE state = 'running' AND concurrency_key IN (SELECT concurrency_key FROM cand)
     GROUP BY concurrency_key
+), bucket AS (
+    SELECT k.rate_key,
+           min(k.burst, coalesce(b.tokens + (:now - b.updated_at) * k.rate, k.burst)) AS tokens
+    FROM (SELECT rate_key, max(rate_per_s) AS rate, max(rate_burst) AS burst FROM cand
+          WHERE rate_key IS NOT NULL GROUP BY rate_key) k
+    LEFT JOIN conveyor_rate_limits b ON b.key = k.rate_key
 ), room AS (
     SELECT max(0, min(:limit, coalesce(:max_running - (
         SELECT count(*) FROM conveyor_jobs WHERE queue = :queue AND state = 'running'),
         :limit))) AS n
 ), picked AS (
-    SELECT r.id FROM ranked r LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
-    WHERE r.concurrency_key IS NULL OR r.rn + coalesce(b.n, 0) <= r.concurrency_limit
+    SELECT r.id FROM ranked r
+    LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
+    LEFT JOIN bucket k ON k.rate_key = r.rate_key
+    WHERE (r.concurrency_key IS NULL OR r.rn + coalesce(b.n, 0) <= r.concurrency_limit)
+      AND (r.rate_key IS NULL OR r.rate_rn <= CAST(k.tokens AS INTEGER))
     ORDER BY r.priority DESC, r.scheduled_at, r.id
     LIMIT (SELECT n FROM room)
 )
@@ -395,3 +408,10 @@ SET state = 'running',
     error = NULL
 WHERE id IN (SELECT id FROM picked)
 RETURNING *
+
+-- name: rate_spend
+INSERT INTO conveyor_rate_limits (key, tokens, updated_at) VALUES (:key, :burst - :taken, :now)
+ON CONFLICT (key) DO UPDATE
+SET tokens = min(:burst, conveyor_rate_limits.tokens
+                 + (excluded.updated_at - conveyor_rate_limits.updated_at) * :rate) - :taken,
+    updated_at = excluded.updated_at

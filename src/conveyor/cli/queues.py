@@ -1,0 +1,179 @@
+"""``conveyor queues``: list queues, pause and resume them, cap how many of their jobs run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..app import Conveyor
+from ..backends.base import QueueInfo
+from .core import CliError, State, app_option, pass_state
+from .render import STATE_STYLES, STATES, cell, console, echo_json
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+@click.group("queues", short_help="List, pause, resume and limit queues.")
+def queues_group() -> None:
+    """List queues; pause, resume and limit them for every worker at once.
+
+    \b
+    conveyor queues list
+    conveyor queues pause emails
+    conveyor queues resume emails
+    conveyor queues limit llm 20       at most 20 llm jobs run at once, cluster-wide
+    conveyor queues limit llm --none   remove the limit
+    """
+
+
+def full_counts(info: QueueInfo) -> dict[str, int]:
+    """Every state present, in display order (the backend omits states with no jobs)."""
+    counts = dict.fromkeys(STATES, 0)
+    for name, n in info.counts.items():
+        counts[name] = counts.get(name, 0) + int(n)
+    return counts
+
+
+def queue_dict(info: QueueInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "paused": bool(info.paused),
+        "max_running": info.max_running,
+        "counts": full_counts(info),
+    }
+
+
+def paused_text(paused: bool) -> Text:
+    return Text("paused", style="bold yellow") if paused else Text("no", style="dim")
+
+
+def limit_text(max_running: int | None) -> Text:
+    return Text("none", style="dim") if max_running is None else Text(str(max_running))
+
+
+# -- list ----------------------------------------------------------------------------------
+@queues_group.command("list")
+@json_option
+@app_option
+@pass_state
+def list_queues(state: State, as_json: bool) -> None:
+    """List every queue that has jobs or settings: paused or not, its limit on running
+    jobs (across every worker), and its jobs per state."""
+    queues = state.app().queues()
+    if as_json:
+        echo_json([queue_dict(q) for q in queues])
+        return
+    if not queues:
+        console().print("no queues yet (a queue appears with its first job or setting)")
+        return
+    table = Table(show_edge=False, header_style="bold")
+    table.add_column("queue", overflow="fold")
+    table.add_column("paused")
+    table.add_column("max running", justify="right")
+    for name in STATES:
+        table.add_column(name, justify="right", header_style=f"bold {STATE_STYLES[name]}")
+    for q in queues:
+        counts = full_counts(q)
+        table.add_row(
+            cell(q.name),
+            paused_text(q.paused),
+            limit_text(q.max_running),
+            *(Text(str(counts[s]), style="" if counts[s] else "dim") for s in STATES),
+        )
+    console().print(table)
+
+
+# -- actions -------------------------------------------------------------------------------
+def _queue_name(name: str) -> str:
+    if not name.strip():
+        raise CliError("the queue name is empty")
+    return name
+
+
+def _find(app: Conveyor, name: str) -> QueueInfo | None:
+    return next((q for q in app.queues() if q.name == name), None)
+
+
+def _unknown_note(before: QueueInfo | None) -> str:
+    # Settings on a queue nobody uses yet are allowed (prepare before deploying), but
+    # a typo should not pass unnoticed.
+    return " (no jobs on it yet: check the name)" if before is None else ""
+
+
+@queues_group.command("pause")
+@click.argument("name")
+@app_option
+@pass_state
+def pause_queue(state: State, name: str) -> None:
+    """Pause queue NAME for every worker: nothing new is claimed from it; jobs already
+    running finish. Undo with `conveyor queues resume NAME`."""
+    app = state.app()
+    before = _find(app, _queue_name(name))
+    if before is not None and before.paused:
+        click.echo(f"queue {name!r} is already paused")
+        return
+    app.pause_queue(name)
+    running = full_counts(before)["running"] if before else 0
+    tail = f"; {running} running job(s) will finish" if running else ""
+    click.echo(
+        f"queue {name!r} paused: workers claim nothing new from it{tail}{_unknown_note(before)}"
+    )
+
+
+@queues_group.command("resume")
+@click.argument("name")
+@app_option
+@pass_state
+def resume_queue(state: State, name: str) -> None:
+    """Resume queue NAME: workers claim from it again."""
+    app = state.app()
+    before = _find(app, _queue_name(name))
+    if before is None or not before.paused:
+        click.echo(f"queue {name!r} is not paused: nothing to do")
+        return
+    app.resume_queue(name)
+    click.echo(f"queue {name!r} resumed: workers claim from it again")
+
+
+@queues_group.command("limit")
+@click.argument("name")
+@click.argument("max_running", metavar="N", type=click.IntRange(min=0), required=False)
+@click.option("--none", "remove", is_flag=True, help="Remove the limit.")
+@app_option
+@pass_state
+def limit_queue(state: State, name: str, max_running: int | None, remove: bool) -> None:
+    """Let at most N jobs of queue NAME run at once, across every worker; or, with
+    --none, remove the limit. Workers apply a change within a second; jobs already
+    running above a lowered limit finish.
+
+    \b
+    conveyor queues limit llm 20
+    conveyor queues limit llm --none
+    """
+    if remove and max_running is not None:
+        raise CliError("give either N or --none, not both")
+    if not remove and max_running is None:
+        raise CliError(
+            "give the most jobs that may run at once (e.g. `conveyor queues limit "
+            f"{name} 20`), or --none to remove the limit"
+        )
+    app = state.app()
+    before = _find(app, _queue_name(name))
+    was = before.max_running if before else None
+    if remove and was is None:
+        click.echo(f"queue {name!r} has no limit: nothing to do")
+        return
+    app.set_queue_limit(name, max_running)
+    if remove:
+        click.echo(f"queue {name!r}: limit removed (was {was}); its jobs run as workers allow")
+        return
+    change = f" (was {was})" if was is not None else ""
+    click.echo(
+        f"queue {name!r}: at most {max_running} job(s) run at once across every worker"
+        f"{change}{_unknown_note(before)}"
+    )
+    if max_running == 0:
+        click.echo("note: with a limit of 0 nothing new starts, as if the queue were paused")

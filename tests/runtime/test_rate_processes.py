@@ -1,0 +1,36 @@
+"""A rate limit shared by three racing worker processes through the database."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+RATE, WINDOW = 10.0, 30.0
+
+
+def test_three_workers_together_keep_to_the_rate(procs, producer):
+    producer.task(name="rated", queue="rated", rate_limit="10/s")(lambda i: None)
+    producer.tasks["rated"].send_many([(i,) for i in range(int(RATE * (WINDOW + 8)))])
+    workers = [procs.worker(queues=["rated"], concurrency=10) for _ in range(3)]
+    time.sleep(WINDOW + 4)
+    starts = sorted(
+        float(kind.split("|")[1])
+        for kind, _job, _pid in (ln.split() for ln in procs.effects.read_text().splitlines())
+    )
+    for w in workers:
+        w.terminate()
+        w.wait(20)
+    # skip the first 2 s (the initial burst and start-up), then count a window
+    t0 = starts[0] + 2.0
+    in_window = [t for t in starts if t0 <= t < t0 + WINDOW]
+    achieved = len(in_window) / WINDOW
+    assert abs(achieved - RATE) <= 0.1 * RATE, f"achieved {achieved:.2f}/s for a limit of {RATE}/s"
+    pids = {
+        int(pid) for _k, _j, pid in (ln.split() for ln in procs.effects.read_text().splitlines())
+    }
+    assert len(pids) >= 2, "the workers shared the work"
+    # nothing ran twice and nothing used an attempt while waiting
+    assert all(j.attempts <= 1 for j in producer.list_jobs(limit=1000))
