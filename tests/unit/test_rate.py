@@ -21,7 +21,7 @@ def test_rate_options_are_checked_on_the_task(tmp_path):
     app = Conveyor(f"sqlite:///{tmp_path}/c.db")
     with pytest.raises(ConfigError, match="need a rate_limit"):
         app.task(rate_burst=5)(lambda: None)
-    with pytest.raises(ConfigError, match="rate_key 'user' .* not one of its parameters"):
+    with pytest.raises(ConfigError, match=r"rate_key 'user' .* not one of its parameters"):
         app.task(rate_limit="1/s", rate_key="user")(lambda x: None)
 
     @app.task(rate_limit="120/m", rate_key="user")
