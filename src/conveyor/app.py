@@ -56,13 +56,7 @@ class Conveyor:
         self.priority_aging_s = priority_aging_s
         self.priority_max_boost = priority_max_boost
         #: seconds finished jobs are kept, per state; None keeps them forever
-        self.retention: dict[str, float | None] = {**DEFAULT_RETENTION, **(retention or {})}
-        unknown = set(self.retention) - set(DEFAULT_RETENTION)
-        if unknown:
-            raise ConfigError(
-                f"retention is per finished state {sorted(DEFAULT_RETENTION)}, "
-                f"got {sorted(unknown)}"
-            )
+        self.retention = {**DEFAULT_RETENTION, **_check_retention(retention or {})}
         if priority_aging_s is not None and priority_aging_s <= 0:
             raise ConfigError(f"priority_aging_s must be > 0 or None, got {priority_aging_s}")
         self.tasks: dict[str, Task] = {}
@@ -147,6 +141,7 @@ class Conveyor:
         rate_limit: str | None = None,
         rate_burst: float | None = None,
         rate_key: str | Callable[..., str] | None = None,
+        pinned_to: Sequence[str] | str | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -166,6 +161,7 @@ class Conveyor:
         rate_limit: str | None = None,
         rate_burst: float | None = None,
         rate_key: str | Callable[..., str] | None = None,
+        pinned_to: Sequence[str] | str | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
 
@@ -179,6 +175,8 @@ class Conveyor:
         database; ``rate_burst`` tokens at most (default: one second's worth, at
         least 1); one bucket per task unless ``rate_key`` names a parameter or is
         a callable. Jobs over the limit wait, without using attempts.
+        ``pinned_to``: worker ids or tags (``conveyor worker --tags gpu``); only a
+        worker with one of them runs these jobs (also a ``send()`` option).
         """
         defaults = TaskDefaults(
             queue=queue or self.default_queue,
@@ -192,6 +190,9 @@ class Conveyor:
             rate_limit=rate_limit,
             rate_burst=rate_burst,
             rate_key=rate_key,
+            pinned_to=(pinned_to,)
+            if isinstance(pinned_to, str)
+            else (tuple(pinned_to) if pinned_to is not None else None),
         )
 
         def register(f: Callable[..., Any]) -> Task:
@@ -374,24 +375,37 @@ class Conveyor:
         """Cancel a job wherever it is: ``"cancelled"`` if it had not started,
         ``"requested"`` if it is running (its worker cancels it at its next
         heartbeat), ``None`` if it had already finished."""
-        if self.backend.job_cancel(job_id=int(job_id)):
-            return "cancelled"
-        if self.backend.job_request_cancel(job_id=int(job_id)):
-            return "requested"
+        for _ in range(5):  # the job may move between the two checks: look again
+            if self.backend.job_cancel(job_id=int(job_id)):
+                return "cancelled"
+            if self.backend.job_request_cancel(job_id=int(job_id)):
+                return "requested"
+            if self.get_job(job_id).state.finished:
+                return None
         return None
 
     def set_queue_limit(self, name: str, max_running: int | None) -> None:
         """At most ``max_running`` jobs of queue ``name`` run at once across every
         worker (``None`` removes the limit). Workers apply a change within a second."""
-        if max_running is not None and (not isinstance(max_running, int) or max_running < 0):
-            raise ConfigError(f"max_running must be an integer >= 0 or None, got {max_running!r}")
+        _check_queue_name(name)
+        if max_running is not None and (
+            not isinstance(max_running, int)
+            or isinstance(max_running, bool)
+            or not 0 <= max_running <= MAX_INT32
+        ):
+            raise ConfigError(
+                f"max_running must be an integer from 0 to {MAX_INT32}, or None; "
+                f"got {max_running!r}"
+            )
         self.backend.queue_set_limit(name=name, max_running=max_running)
 
     def pause_queue(self, name: str) -> None:
         """No worker claims from a paused queue; running jobs finish."""
+        _check_queue_name(name)
         self.backend.queue_set_paused(name=name, paused=True)
 
     def resume_queue(self, name: str) -> None:
+        _check_queue_name(name)
         self.backend.queue_set_paused(name=name, paused=False)
 
     def queues(self) -> list[QueueInfo]:
@@ -408,11 +422,40 @@ class Conveyor:
         in small batches. ``dry_run`` only counts them."""
         from .runtime.services import Maintenance
 
-        keep = {**self.retention, **(retention or {})}
+        keep = {**self.retention, **_check_retention(retention or {})}
         return Maintenance(self.backend, retention=keep).prune(dry_run=dry_run)
 
     def counts(self) -> list[QueueCount]:
         return self.backend.queue_counts()
+
+
+MAX_INT32 = 2**31 - 1
+MAX_RETENTION_S = 100 * 365 * DAY
+
+
+def _check_queue_name(name: str) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"a queue name is a non-empty string, got {name!r}")
+
+
+def _check_retention(retention: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Seconds per finished state, each between 0 and 100 years, or None (forever)."""
+    unknown = set(retention) - set(DEFAULT_RETENTION)
+    if unknown:
+        raise ConfigError(
+            f"retention is per finished state {sorted(DEFAULT_RETENTION)}, got {sorted(unknown)}"
+        )
+    for state, keep in retention.items():
+        if keep is not None and (
+            isinstance(keep, bool)
+            or not isinstance(keep, int | float)
+            or not 0 <= keep <= MAX_RETENTION_S
+        ):
+            raise ConfigError(
+                f"retention for {state!r} must be seconds from 0 to 100 years, "
+                f"or None to keep forever; got {keep!r}"
+            )
+    return dict(retention)
 
 
 def _local_job(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ SEND_OPTIONS = frozenset(
         "max_attempts",
         "timeout",
         "backoff",
+        "pinned_to",
     }
 )
 
@@ -51,6 +53,8 @@ class TaskDefaults:
     rate_limit: str | None = None
     rate_burst: float | None = None
     rate_key: str | Callable[..., str] | None = None
+    #: worker ids or tags, one of which a worker must have to run these jobs
+    pinned_to: tuple[str, ...] | None = None
 
     @property
     def rate_per_s(self) -> float | None:
@@ -109,6 +113,24 @@ def _check_options(**opts: Any) -> None:
         value = opts.get(key)
         if value is not None and (not isinstance(value, str) or not value):
             raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Positional and keyword arguments of one job, for internal batch items."""
+
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+
+
+def _pins(value: Sequence[str] | str | None) -> str | None:
+    """``pinned_to`` as stored: a JSON list of worker ids and tags."""
+    if value is None:
+        return None
+    pins = [value] if isinstance(value, str) else list(value)
+    if not pins or not all(isinstance(p, str) and p for p in pins):
+        raise ConfigError(f"pinned_to must be worker ids or tags (strings), got {value!r}")
+    return json.dumps(sorted(set(pins)))
 
 
 _PER = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
@@ -207,6 +229,7 @@ class Task:
             backoff_json=json.dumps(backoff.to_dict()) if backoff else None,
             unique_key=options.get("unique_key"),
             idempotency_key=options.get("idempotency_key"),
+            pinned_to=_pins(options.get("pinned_to") or d.pinned_to),
         )
 
     def check_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
@@ -263,7 +286,9 @@ class Task:
         for n, item in enumerate(items):
             args: Sequence[Any]
             kwargs: Mapping[str, Any]
-            if isinstance(item, Mapping):
+            if isinstance(item, _Call):
+                args, kwargs = item.args, item.kwargs
+            elif isinstance(item, Mapping):
                 args, kwargs = (), item
             elif isinstance(item, list | tuple):
                 args, kwargs = item, {}
@@ -315,6 +340,7 @@ class Task:
         idempotency_key: str | None = None,
         on_complete: Task | None = None,
         conn: Any = None,
+        distinct_workers: bool = False,
         **options: Any,
     ) -> Batch:
         """Create a batch: the batch row and one job per item, in one transaction.
@@ -339,7 +365,10 @@ class Task:
                 raise ConfigError(f"on_complete must be a task, got {type(on_complete).__name__}")
             on_complete.check_args((0, {}), {})  # it will be called as (batch_id, counts)
             callback = json.dumps(on_complete.template()._asdict())
-        inserts, _ = self._inserts(items, self.template(**options))
+        template = self.template(**options)
+        if distinct_workers:  # each job of this batch on a different worker
+            template = template._replace(spread_group=f"batch:{uuid.uuid4().hex}")
+        inserts, _ = self._inserts(items, template)
         batch_id, created = self.app.backend.batch_create(
             name=name,
             task=self.name,
@@ -368,6 +397,20 @@ class Task:
             )
             return Batch(record, True, self.app)
         return Batch(self.app.get_batch(batch_id).record, created, self.app)
+
+    def send_distinct(self, n: int, *args: Any, **kwargs: Any) -> Batch:
+        """Run the same call on ``n`` different workers (a broadcast, a redundant
+        check): a batch of ``n`` jobs no two of which run on the same worker. It
+        succeeds when all ``n`` have succeeded (``batch.wait()``, ``on_complete``)."""
+        if not isinstance(n, int) or n < 1:
+            raise ConfigError(f"send_distinct needs n >= 1 workers, got {n!r}")
+        kwargs, options = self._split(kwargs)
+        return self.batch(
+            [_Call(args, kwargs)] * n,
+            name=f"{self.name} on {n} workers",
+            distinct_workers=True,
+            **options,
+        )
 
     async def asend(self, *args: Any, **kwargs: Any) -> Job:
         """``send`` for async code: the database call runs in a thread."""

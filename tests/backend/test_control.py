@@ -139,3 +139,47 @@ def test_each_rate_key_has_its_own_bucket(backend):
     t0 = datetime.now(UTC)
     claimed = fetch(backend, n=10, now=t0)
     assert sorted(j.args[0] % 2 for j in claimed) == [0, 1]
+
+
+def test_pinned_jobs_go_only_to_matching_workers(backend):
+    backend.job_insert_many(
+        jobs=[
+            ins(args=["gpu"])._replace(pinned_to='["gpu"]'),
+            ins(args=["w2"])._replace(pinned_to='["w2"]'),
+            ins(args=["any"]),
+        ]
+    )
+    assert [j.args for j in fetch(backend, n=10, worker="w1")] == [["any"]]
+    assert [
+        j.args
+        for j in backend.job_fetch_available(
+            queues=["q"], worker_id="w1", limit=10, lease_s=30, tags=["gpu"]
+        )
+    ] == [["gpu"]]
+    assert [j.args for j in fetch(backend, n=10, worker="w2")] == [["w2"]]
+
+
+def test_spread_jobs_each_go_to_a_different_worker(backend):
+    backend.job_insert_many(jobs=[ins(args=[i])._replace(spread_group="g") for i in range(3)])
+    first = fetch(backend, n=10, worker="w1")
+    assert len(first) == 1  # one of the group per worker
+    assert fetch(backend, n=10, worker="w1") == []  # w1 holds one already
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(first[0])])
+    assert fetch(backend, n=10, worker="w1") == []  # and has run one
+    assert len(fetch(backend, n=10, worker="w2")) == 1
+    assert len(fetch(backend, n=10, worker="w3")) == 1
+
+
+def test_limited_jobs_created_in_a_batch_are_claimable(backend):
+    batch_id, _ = backend.batch_create(
+        name=None,
+        task="t",
+        idempotency_key=None,
+        on_complete_json=None,
+        jobs=[
+            ins(args=[i])._replace(spread_group="g", rate_key="r", rate_per_s=5.0, rate_burst=5.0)
+            for i in range(2)
+        ],
+    )
+    assert len(fetch(backend, n=10, worker="w1")) == 1
+    assert len(fetch(backend, n=10, worker="w2")) == 1

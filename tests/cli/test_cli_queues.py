@@ -106,5 +106,7 @@ def test_limit_needs_n_or_none(invoke: Invoke, db_url: str) -> None:
     for bad in ("many", "1.5"):
         result = invoke("queues", "limit", "llm", bad, url=db_url)
         assert result.exit_code == 2 and "is not a valid integer" in result.stderr
+    huge = invoke("queues", "limit", "llm", str(2**31), url=db_url)
+    assert huge.exit_code == 2 and "0<=x<=2147483647" in huge.stderr
     assert invoke("queues", "pause", " ", url=db_url).stderr == "error: the queue name is empty\n"
     assert listed(invoke, db_url) == {}  # nothing was written

@@ -152,3 +152,34 @@ def test_aging_lets_a_low_priority_job_through_a_stream_of_urgent_ones(db_url):
     waited = _low_job_start_delay(db_url, aging_s=0.5, limit_s=15)
     assert waited is not None and waited <= bound, f"waited {waited}s, bound {bound}s"
     assert _low_job_start_delay(db_url, aging_s=None, limit_s=2 * bound) is None
+
+
+def test_send_distinct_runs_on_n_different_workers(app):
+    from conveyor.runtime.context import current_job
+
+    ran_by: list[str] = []
+
+    @app.task
+    def check(x):
+        ran_by.append(current_job().lease_owner)
+        return x
+
+    batch = check.send_distinct(2, "ping")
+    assert batch.total == 2
+    with Running(app, worker_id="alpha"), Running(app, worker_id="beta"):
+        assert batch.wait(timeout=20).state == "succeeded"
+    assert sorted(ran_by) == ["alpha", "beta"]
+
+
+def test_pinned_job_waits_for_a_worker_with_its_tag(app):
+    @app.task(pinned_to="gpu")
+    def render():
+        return current_job().lease_owner
+
+    job = render.send()
+    with Running(app, worker_id="plain"):
+        time.sleep(0.8)
+        assert app.get_job(job.id).state == "available"
+        with Running(app, worker_id="big-box", tags=["gpu"]):
+            wait_for(finished(app, job.id), what="the gpu worker ran it")
+    assert app.get_job(job.id).result == "big-box"

@@ -68,3 +68,16 @@ def test_sync_pool_runs_submissions_concurrently_up_to_its_size():
     assert [f.result(timeout=10) for f in again] == list(range(6))
     assert len(pool._threads) == 3
     pool.shutdown()
+
+
+def test_operator_settings_are_checked(tmp_path):
+    app = Conveyor(f"sqlite:///{tmp_path}/c.db")
+    for bad in (True, -1, 2**31, "3"):
+        with pytest.raises(ConfigError, match="max_running"):
+            app.set_queue_limit("q", bad)
+    with pytest.raises(ConfigError, match="queue name"):
+        app.pause_queue("")
+    with pytest.raises(ConfigError, match="retention"):
+        Conveyor(f"sqlite:///{tmp_path}/c.db", retention={"succeeded": 10**12})
+    with pytest.raises(ConfigError, match="per finished state"):
+        app.prune(retention={"running": 1})

@@ -46,6 +46,10 @@ class JobInsert(NamedTuple):
     rate_key: str | None = None
     rate_per_s: float | None = None
     rate_burst: float | None = None
+    #: JSON list of worker ids/tags; one must be the claiming worker's
+    pinned_to: str | None = None
+    #: jobs of one spread group each run on a different worker
+    spread_group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,7 @@ class WorkerInfo:
     pid: int
     queues: list[str]
     concurrency: int
+    tags: list[str] = field(default_factory=list)
     started_at: datetime | None = None
     last_seen_at: datetime | None = None
 
@@ -216,10 +221,12 @@ class Backend(abc.ABC):
         worker_id: str,
         limit: int,
         lease_s: float,
+        tags: Sequence[str] = (),
         now: datetime | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` due jobs, highest priority first, leasing them to
-        ``worker_id`` for ``lease_s`` seconds and counting one attempt each."""
+        ``worker_id`` for ``lease_s`` seconds and counting one attempt each. Jobs
+        pinned elsewhere (not to this id or one of ``tags``) are left alone."""
 
     @abc.abstractmethod
     def job_finalize_many(

@@ -198,3 +198,9 @@ def rate_spending(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             )
             entry["taken"] += 1
     return list(spend.values())
+
+
+def needs_limits(job: JobInsert) -> bool:
+    """Jobs the fast claim path leaves to the serialized, limit-aware one: keyed,
+    rate-limited, pinned or spread jobs."""
+    return bool(job.concurrency_key or job.rate_key or job.pinned_to or job.spread_group)

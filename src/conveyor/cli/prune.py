@@ -19,18 +19,24 @@ PRUNABLE = list(DEFAULT_RETENTION)
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 NEVER = {"never", "forever", "none"}
-DURATION_HINT = "a number and a unit: 90s, 15m, 12h, 7d, 2w (or never)"
+DURATION_HINT = "a number and a unit up to 100 years: 90s, 15m, 12h, 7d, 2w (or never)"
+#: longer than any job can be old (PostgreSQL's timestamps overflow far beyond it)
+MAX_DURATION_S = 100 * 365 * 86400.0
 
 
 def parse_duration(text: str) -> float | None:
-    """``"90s"`` -> 90.0, ``"7d"`` -> 604800.0, ``"never"`` -> None. ValueError otherwise."""
+    """``"90s"`` -> 90.0, ``"7d"`` -> 604800.0, ``"never"`` -> None. ValueError otherwise
+    (also past 100 years: say never)."""
     value = text.strip().lower()
     if value in NEVER:
         return None
     match = DURATION.match(value)
     if not match:
         raise ValueError(text)
-    return float(match.group(1)) * UNITS[match.group(2)]
+    value_s = float(match.group(1)) * UNITS[match.group(2)]
+    if value_s > MAX_DURATION_S:
+        raise ValueError(text)
+    return value_s
 
 
 def parse_older_than(values: tuple[str, ...]) -> dict[str, float | None]:

@@ -13,6 +13,9 @@ from ..backends.base import QueueInfo
 from .core import CliError, State, app_option, pass_state
 from .render import STATE_STYLES, STATES, cell, console, echo_json
 
+#: the largest limit the databases store (a 32-bit integer column on PostgreSQL)
+MAX_LIMIT = 2**31 - 1
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
@@ -140,7 +143,7 @@ def resume_queue(state: State, name: str) -> None:
 
 @queues_group.command("limit")
 @click.argument("name")
-@click.argument("max_running", metavar="N", type=click.IntRange(min=0), required=False)
+@click.argument("max_running", metavar="N", type=click.IntRange(0, MAX_LIMIT), required=False)
 @click.option("--none", "remove", is_flag=True, help="Remove the limit.")
 @app_option
 @pass_state

@@ -62,6 +62,12 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     "for a retry are left to other workers).",
 )
 @click.option(
+    "--tags",
+    metavar="T1,T2",
+    default="",
+    help="Labels jobs can be pinned to (pinned_to=...), besides this worker's id.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="info",
@@ -76,6 +82,7 @@ def worker(
     lease_s: float,
     grace_s: float,
     burst: bool,
+    tags: str,
     log_level: str,
 ) -> None:
     """Run a worker: claim jobs from the database and run their handlers.
@@ -96,6 +103,7 @@ def worker(
         lease_s=lease_s,
         grace_s=grace_s,
         burst=burst,
+        tags=tags,
     )
     w.run(install_signals=True)
     app.close()

@@ -81,6 +81,8 @@ class WorkerConfig:
     #: notification arrives; its leader lease lasts flow_ttl_s unless renewed
     flow_poll_s: float = 1.0
     flow_ttl_s: float = 10.0
+    #: labels jobs can be pinned to (besides the worker's id)
+    tags: tuple[str, ...] = ()
     worker_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -133,6 +135,10 @@ class Worker:
             options["queues"] = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
         elif "queues" in options:
             options["queues"] = tuple(options["queues"])
+        if isinstance(options.get("tags"), str):
+            options["tags"] = tuple(t.strip() for t in options["tags"].split(",") if t.strip())
+        elif "tags" in options:
+            options["tags"] = tuple(options["tags"])
         self.app = app
         self.config = config or WorkerConfig(**options)
         self.id = self.config.worker_id or (
@@ -193,6 +199,7 @@ class Worker:
             pid=os.getpid(),
             queues=list(cfg.queues),
             concurrency=cfg.concurrency,
+            tags=list(cfg.tags),
         )
         await self._db(
             "heartbeat", backend.worker_heartbeat, worker=self._info, leases=[], lease_s=cfg.lease_s
@@ -346,6 +353,7 @@ class Worker:
                     worker_id=self.id,
                     limit=limit,
                     lease_s=cfg.lease_s,
+                    tags=cfg.tags,
                 )
             except Exception as exc:
                 log.error("could not claim jobs, retrying in 1s: %s", exc)
@@ -449,9 +457,13 @@ class Worker:
 
     # -- recording outcomes ---------------------------------------------------------------
     async def _write_outcomes(self, batch: list[Finalize]) -> list[int]:
-        return await self._db(
+        accepted = await self._db(
             "complete", self.app.backend.job_finalize_many, worker_id=self.id, outcomes=batch
         )
+        # Jobs that left 'running' may have made room under a limit: claim again now
+        # rather than at the next poll (other workers get a NOTIFY on PostgreSQL).
+        self._wake.set()
+        return accepted
 
     def _outcome_written(self, o: Finalize, accepted: bool) -> None:
         if self.leases.get(o.job_id) == o.token:

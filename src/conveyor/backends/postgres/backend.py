@@ -42,6 +42,7 @@ from ..common import (
     close_state,
     insert_resolving,
     job_from_row,
+    needs_limits,
     rate_spending,
 )
 from ..sqlfiles import load_migrations, load_queries, split_statements
@@ -119,6 +120,8 @@ _INSERT_COLUMNS = {
     "rate_key": "rate_key",
     "rate_per_s": "rate_per_s",
     "rate_burst": "rate_burst",
+    "pinned_to": "pinned_to",
+    "spread_group": "spread_group",
 }
 _FLOAT_COLUMNS = frozenset({"delay_s", "timeout_s", "rate_per_s", "rate_burst"})
 _FINALIZE_COLUMNS = (
@@ -134,6 +137,14 @@ _FINALIZE_COLUMNS = (
     "context_json",
     "priority",
 )
+
+
+def _mark_limited(cur: psycopg.Cursor[Any], jobs: Sequence[JobInsert]) -> None:
+    """Queues receiving keyed, rate-limited, pinned or spread jobs: from now on
+    their claims go through the serialized, limit-aware path."""
+    limited = sorted({j.queue for j in jobs if needs_limits(j)})
+    if limited:
+        cur.execute(Q["queue_mark_keyed"], {"queues": limited})
 
 
 def _spread(params: dict[str, Any], name: str, values: list[Any]) -> None:
@@ -338,10 +349,8 @@ class PostgresBackend(Backend):
             return []
         keyed = any(j.unique_key or j.idempotency_key for j in jobs)
         query = Q["job_insert_many"] if keyed else KEYLESS_INSERT
-        limited = sorted({j.queue for j in jobs if j.concurrency_key or j.rate_key})
         with self._cursor(conn) as cur:
-            if limited:  # claims from these queues must now go through the limits path
-                cur.execute(Q["queue_mark_keyed"], {"queues": limited})
+            _mark_limited(cur, jobs)
 
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
                 rows = cur.execute(query, _insert_params(subset, now)).fetchall()
@@ -363,6 +372,7 @@ class PostgresBackend(Backend):
         worker_id: str,
         limit: int,
         lease_s: float,
+        tags: Sequence[str] = (),
         now: datetime | None = None,
     ) -> list[Job]:
         if limit <= 0 or not queues:
@@ -386,6 +396,7 @@ class PostgresBackend(Backend):
                         "limit": limit - len(rows),
                         "max_running": limits[queue],
                         "window": max(100, 10 * limit),
+                        "identity": [worker_id, *tags],
                     },
                 ).fetchall()
                 for spend in rate_spending(claimed):  # same transaction, same lock
@@ -450,6 +461,7 @@ class PostgresBackend(Backend):
                 "pid": worker.pid,
                 "queues": list(worker.queues),
                 "concurrency": worker.concurrency,
+                "tags": list(worker.tags),
                 "now": now,
             },
         )
@@ -614,6 +626,7 @@ class PostgresBackend(Backend):
                 return int(found["id"]), False
             batch_id = int(row["id"])
             if jobs:
+                _mark_limited(cur, jobs)
                 stamped = [j._replace(batch_id=batch_id) for j in jobs]
                 keyed = any(j.unique_key or j.idempotency_key for j in jobs)
                 query = Q["job_insert_many"] if keyed else KEYLESS_INSERT

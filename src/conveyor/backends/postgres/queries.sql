@@ -38,28 +38,33 @@ WITH t AS (
            coalesce(i.concurrency_limit, %(concurrency_limit_all)s::int) AS concurrency_limit,
            coalesce(i.rate_key, %(rate_key_all)s::text) AS rate_key,
            coalesce(i.rate_per_s, %(rate_per_s_all)s::float8) AS rate_per_s,
-           coalesce(i.rate_burst, %(rate_burst_all)s::float8) AS rate_burst
+           coalesce(i.rate_burst, %(rate_burst_all)s::float8) AS rate_burst,
+           coalesce(i.pinned_to, %(pinned_to_all)s::jsonb) AS pinned_to,
+           coalesce(i.spread_group, %(spread_group_all)s::text) AS spread_group
     FROM unnest(%(args)b::text[]::jsonb[], %(queue)b::text[], %(task)b::text[],
                 %(priority)b::int[], %(max_attempts)b::int[], %(timeout_s)b::float8[],
                 %(backoff)b::text[]::jsonb[], %(unique_key)b::text[],
                 %(idempotency_key)b::text[], %(delay_s)b::float8[], %(batch_id)b::bigint[],
                 %(stage)b::text[], %(context)b::text[]::jsonb[], %(chain)b::text[]::jsonb[],
                 %(chain_root)b::bigint[], %(concurrency_key)b::text[], %(concurrency_limit)b::int[],
-                %(rate_key)b::text[], %(rate_per_s)b::float8[], %(rate_burst)b::float8[])
+                %(rate_key)b::text[], %(rate_per_s)b::float8[], %(rate_burst)b::float8[],
+                %(pinned_to)b::text[]::jsonb[], %(spread_group)b::text[])
          WITH ORDINALITY AS i(args, queue, task, priority, max_attempts, timeout_s, backoff,
                               unique_key, idempotency_key, delay_s, batch_id, stage, context,
                               chain, chain_root, concurrency_key, concurrency_limit, rate_key,
-                              rate_per_s, rate_burst, ord)
+                              rate_per_s, rate_burst, pinned_to, spread_group, ord)
 ), ins AS (
     INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                                backoff, unique_key, idempotency_key, batch_id, stage, context,
                                chain, chain_root, concurrency_key, concurrency_limit,
-                               rate_key, rate_per_s, rate_burst, created_at, scheduled_at)
+                               rate_key, rate_per_s, rate_burst, pinned_to, spread_group,
+                               created_at, scheduled_at)
     SELECT v.queue, v.task, v.args,
            CASE WHEN v.delay_s > 0 THEN 'scheduled' ELSE 'available' END,
            v.priority, v.max_attempts, v.timeout_s, v.backoff, v.unique_key, v.idempotency_key,
            v.batch_id, v.stage, v.context, v.chain, v.chain_root, v.concurrency_key,
-           v.concurrency_limit, v.rate_key, v.rate_per_s, v.rate_burst,
+           v.concurrency_limit, v.rate_key, v.rate_per_s, v.rate_burst, v.pinned_to,
+           v.spread_group,
            t.now, t.now + make_interval(secs => v.delay_s)
     FROM v, t
     ORDER BY v.ord
@@ -101,7 +106,8 @@ WITH t AS (
              WHERE queue = q.name
                AND state IN ('available', 'scheduled')
                AND scheduled_at <= t.now
-               AND concurrency_key IS NULL AND rate_key IS NULL  -- those: job_fetch_limited
+               AND concurrency_key IS NULL AND rate_key IS NULL  -- those, and placed jobs:
+               AND pinned_to IS NULL AND spread_group IS NULL    -- job_fetch_limited
              ORDER BY priority DESC, scheduled_at, id
              LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED
@@ -177,6 +183,11 @@ WITH i AS (
     SELECT pg_notify(%(channel)s, q) FROM (
         SELECT DISTINCT queue AS q FROM done WHERE state = 'available'
         UNION
+        -- a job leaving 'running' in a limited queue makes room: wake its workers
+        SELECT DISTINCT d.queue FROM done d
+        WHERE EXISTS (SELECT 1 FROM conveyor_queues q
+                      WHERE q.name = d.queue AND (q.max_running IS NOT NULL OR q.keyed))
+        UNION
         SELECT '@flow' FROM done WHERE flow AND state IN ('succeeded', 'failed', 'cancelled')
     ) s
 ), logged AS (
@@ -214,8 +225,9 @@ WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'running'
 RETURNING j.id, j.cancel_requested
 
 -- name: worker_upsert
-INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, started_at, last_seen_at)
-VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s,
+INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, tags, started_at,
+                              last_seen_at)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tags)s,
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 RETURNING stop_requested
@@ -581,25 +593,36 @@ WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), cand AS (
     SELECT j.id, j.concurrency_key, j.concurrency_limit, j.rate_key, j.rate_per_s, j.rate_burst,
-           j.priority, j.scheduled_at
+           j.spread_group, j.priority, j.scheduled_at
     FROM conveyor_jobs j, t
     WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled') AND j.scheduled_at <= t.now
-      AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = j.queue AND p.paused)
+      AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = %(queue)s AND p.paused)
+      -- pinned: one of the job's ids/tags must be this worker's id or one of its tags
+      AND (j.pinned_to IS NULL OR j.pinned_to ?| %(identity)s::text[])
+      -- spread: not if this worker runs, or has run, another job of the group
+      AND (j.spread_group IS NULL OR NOT EXISTS (
+               SELECT 1 FROM conveyor_jobs g
+               WHERE g.spread_group = j.spread_group AND g.id <> j.id
+                 AND (g.lease_owner = %(worker_id)s
+                      OR EXISTS (SELECT 1 FROM conveyor_attempts a
+                                 WHERE a.job_id = g.id AND a.worker_id = %(worker_id)s))))
     ORDER BY j.priority DESC, j.scheduled_at, j.id
     LIMIT %(window)s
     FOR UPDATE OF j SKIP LOCKED
-), ranked AS (
+), ranked AS MATERIALIZED (
     SELECT c.*,
            row_number() OVER (PARTITION BY c.concurrency_key
                               ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rn,
            row_number() OVER (PARTITION BY c.rate_key
-                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rate_rn
+                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rate_rn,
+           row_number() OVER (PARTITION BY c.spread_group
+                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS spread_rn
     FROM cand c
-), busy AS (
+), busy AS MATERIALIZED (  -- once, not once per candidate (a nested loop did that)
     SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
     WHERE state = 'running' AND concurrency_key IN (SELECT concurrency_key FROM cand)
     GROUP BY concurrency_key
-), bucket AS (
+), bucket AS MATERIALIZED (
     SELECT k.rate_key,
            least(k.burst, coalesce(b.tokens + extract(epoch FROM t.now - b.updated_at) * k.rate,
                                    k.burst)) AS tokens
@@ -616,6 +639,7 @@ WITH t AS (
     LEFT JOIN bucket k ON k.rate_key = r.rate_key
     WHERE (r.concurrency_key IS NULL OR r.rn + coalesce(b.n, 0) <= r.concurrency_limit)
       AND (r.rate_key IS NULL OR r.rate_rn <= floor(k.tokens))
+      AND (r.spread_group IS NULL OR r.spread_rn = 1)  -- one per group per claim
     ORDER BY r.priority DESC, r.scheduled_at, r.id
     LIMIT (SELECT n FROM room)
 )

@@ -38,6 +38,7 @@ from ..common import (
     close_state,
     insert_resolving,
     job_from_row,
+    needs_limits,
     rate_spending,
 )
 from ..sqlfiles import load_migrations, load_queries, split_statements
@@ -61,6 +62,13 @@ def _ts(value: Any) -> datetime | None:
 
 def _dict_row(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     return {d[0]: v for d, v in zip(cur.description, row, strict=True)}
+
+
+def _mark_limited(cur: sqlite3.Cursor, jobs: Sequence[JobInsert], ts: float) -> None:
+    """Queues receiving keyed, rate-limited, pinned or spread jobs: from now on
+    their claims go through the limit-aware path."""
+    for queue in sorted({j.queue for j in jobs if needs_limits(j)}):
+        cur.execute(Q["queue_mark_keyed"], {"queue": queue, "now": ts})
 
 
 class SQLiteNotifier(Notifier):
@@ -231,8 +239,7 @@ class SQLiteBackend(Backend):
             return []
         ts = _epoch(now)
         with self._tx(conn) as cur:
-            for queue in sorted({j.queue for j in jobs if j.concurrency_key or j.rate_key}):
-                cur.execute(Q["queue_mark_keyed"], {"queue": queue, "now": ts})
+            _mark_limited(cur, jobs, ts)
 
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
                 out = []
@@ -259,6 +266,7 @@ class SQLiteBackend(Backend):
         worker_id: str,
         limit: int,
         lease_s: float,
+        tags: Sequence[str] = (),
         now: datetime | None = None,
     ) -> list[Job]:
         if limit <= 0 or not queues:
@@ -287,7 +295,11 @@ class SQLiteBackend(Backend):
                     "now": ts,
                 }
                 if queue in limits:  # under BEGIN IMMEDIATE the counts cannot move under us
-                    params.update(max_running=limits[queue], window=max(100, 10 * limit))
+                    params.update(
+                        max_running=limits[queue],
+                        window=max(100, 10 * limit),
+                        identity=json.dumps([worker_id, *tags]),
+                    )
                     rows = cur.execute(Q["job_fetch_limited"], params).fetchall()
                     for spend in rate_spending(rows):
                         cur.execute(Q["rate_spend"], {**spend, "now": ts})
@@ -358,6 +370,7 @@ class SQLiteBackend(Backend):
                     "pid": worker.pid,
                     "queues": json.dumps(list(worker.queues)),
                     "concurrency": worker.concurrency,
+                    "tags": json.dumps(list(worker.tags)),
                     "now": ts,
                 },
             ).fetchone()
@@ -592,6 +605,7 @@ class SQLiteBackend(Backend):
                 ).fetchone()
                 return int(found["id"]), False
             batch_id = int(row["id"])
+            _mark_limited(cur, jobs, ts)
             self._insert_rows(cur, [j._replace(batch_id=batch_id) for j in jobs], ts)
         return batch_id, True
 

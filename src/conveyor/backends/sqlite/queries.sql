@@ -9,11 +9,13 @@
 INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                            backoff, unique_key, idempotency_key, batch_id, stage, context,
                            chain, chain_root, concurrency_key, concurrency_limit,
-                           rate_key, rate_per_s, rate_burst, created_at, scheduled_at)
+                           rate_key, rate_per_s, rate_burst, pinned_to, spread_group,
+                           created_at, scheduled_at)
 VALUES (:queue, :task, :args_json, CASE WHEN :delay_s > 0 THEN 'scheduled' ELSE 'available' END,
         :priority, :max_attempts, :timeout_s, :backoff_json, :unique_key, :idempotency_key,
         :batch_id, :stage, :context_json, :chain_json, :chain_root, :concurrency_key,
-        :concurrency_limit, :rate_key, :rate_per_s, :rate_burst, :now, :now + :delay_s)
+        :concurrency_limit, :rate_key, :rate_per_s, :rate_burst, :pinned_to, :spread_group,
+        :now, :now + :delay_s)
 ON CONFLICT DO NOTHING
 RETURNING id, unique_key, idempotency_key, state, queue
 
@@ -40,7 +42,8 @@ WHERE id IN (
       AND state IN ('available', 'scheduled')
       AND scheduled_at <= :now
       AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
-      AND concurrency_key IS NULL AND rate_key IS NULL  -- those: job_fetch_limited
+      AND concurrency_key IS NULL AND rate_key IS NULL  -- those, and placed jobs:
+      AND pinned_to IS NULL AND spread_group IS NULL    -- job_fetch_limited
     ORDER BY priority DESC, scheduled_at, id
     LIMIT :limit
 )
@@ -91,8 +94,9 @@ WHERE state = 'running'
 RETURNING id, cancel_requested
 
 -- name: worker_upsert
-INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, started_at, last_seen_at)
-VALUES (:id, :hostname, :pid, :queues, :concurrency, :now, :now)
+INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, tags, started_at,
+                              last_seen_at)
+VALUES (:id, :hostname, :pid, :queues, :concurrency, :tags, :now, :now)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 RETURNING stop_requested
 
@@ -361,11 +365,20 @@ ON CONFLICT (name) DO UPDATE SET keyed = 1 WHERE NOT conveyor_queues.keyed
 -- name: job_fetch_limited
 -- (See the PostgreSQL query. Claims already serialise under BEGIN IMMEDIATE.)
 WITH cand AS (
-    SELECT id, concurrency_key, concurrency_limit, rate_key, rate_per_s, rate_burst, priority,
-           scheduled_at
-    FROM conveyor_jobs
+    SELECT id, concurrency_key, concurrency_limit, rate_key, rate_per_s, rate_burst, spread_group,
+           priority, scheduled_at
+    FROM conveyor_jobs j
     WHERE queue = :queue AND state IN ('available', 'scheduled') AND scheduled_at <= :now
       AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
+      AND (pinned_to IS NULL OR EXISTS (
+               SELECT 1 FROM json_each(j.pinned_to) pin
+               WHERE pin.value IN (SELECT value FROM json_each(:identity))))
+      AND (spread_group IS NULL OR NOT EXISTS (
+               SELECT 1 FROM conveyor_jobs g
+               WHERE g.spread_group = j.spread_group AND g.id <> j.id
+                 AND (g.lease_owner = :worker_id
+                      OR EXISTS (SELECT 1 FROM conveyor_attempts a
+                                 WHERE a.job_id = g.id AND a.worker_id = :worker_id))))
     ORDER BY priority DESC, scheduled_at, id
     LIMIT :window
 ), ranked AS (
@@ -373,7 +386,9 @@ WITH cand AS (
            row_number() OVER (PARTITION BY c.concurrency_key
                               ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rn,
            row_number() OVER (PARTITION BY c.rate_key
-                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rate_rn
+                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rate_rn,
+           row_number() OVER (PARTITION BY c.spread_group
+                              ORDER BY c.priority DESC, c.scheduled_at, c.id) AS spread_rn
     FROM cand c
 ), busy AS (
     SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
@@ -395,6 +410,7 @@ WITH cand AS (
     LEFT JOIN bucket k ON k.rate_key = r.rate_key
     WHERE (r.concurrency_key IS NULL OR r.rn + coalesce(b.n, 0) <= r.concurrency_limit)
       AND (r.rate_key IS NULL OR r.rate_rn <= CAST(k.tokens AS INTEGER))
+      AND (r.spread_group IS NULL OR r.spread_rn = 1)  -- one per group per claim
     ORDER BY r.priority DESC, r.scheduled_at, r.id
     LIMIT (SELECT n FROM room)
 )
