@@ -1,11 +1,12 @@
 """Table and ratios for one `bench/run.sh` results file; writes bench/RESULTS.md.
 
     python bench/report.py RESULTS.jsonl [--commands FILE] [--peers DIR] [--write PATH]
-                           [--batches BATCHES.jsonl]
+                           [--batches BATCHES.jsonl] [--limits LIMITS.jsonl]
 
 The table is the shared harness's own (summarize.py); the ratios compare the
 means of the runs of Conveyor on PostgreSQL with PgQueuer at batch size 100.
-``--batches`` adds the section for bench/bench_batches.py's results.
+``--batches`` adds the section for bench/bench_batches.py's results, ``--limits``
+the one for bench/bench_limits.py's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import io
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -233,6 +235,134 @@ def batches_section(rows: list[dict], path: str) -> list[str]:
     return out
 
 
+def _actual(node: str) -> tuple[float, float] | None:
+    """(start, end) ms of an EXPLAIN ANALYZE node's ``actual time=a..b``."""
+    m = re.search(r"actual time=([0-9.]+)\.\.([0-9.]+)", node or "")
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def limits_section(rows: list[dict], path: str) -> list[str]:
+    """The Markdown section for bench/bench_limits.py's JSON lines."""
+    rows = [r for r in rows if r.get("bench") == "limits"]
+    drains = [r for r in rows if r.get("measure", "drain") == "drain"]
+    if not drains:
+        return ["## Concurrency limits", "", f"(no limit results in `{path}`)", ""]
+    names = {"postgres": "PostgreSQL", "sqlite": "SQLite"}
+    backends = [b for b in ("postgres", "sqlite") if any(r["backend"] == b for r in drains)]
+    configs = list(dict.fromkeys(r["config"] for r in drains))
+
+    def by(backend: str, config: str) -> dict | None:
+        found = [r for r in drains if r["backend"] == backend and r["config"] == config]
+        return found[-1] if found else None
+
+    table = [
+        "| configuration | " + " | ".join(names[b] for b in backends) + " |",
+        "|---|" + "---|" * len(backends),
+    ]
+    for config in configs:
+        label = next(r["label"] for r in drains if r["config"] == config)
+
+        def cell(b: str, config: str = config) -> str:
+            r = by(b, config)
+            if not r or not r.get("process_jobs_s"):
+                return "-"
+            base = by(b, "unlimited")
+            ratio = (
+                f" (**{r['process_jobs_s'] / base['process_jobs_s']:.2f}x**)"
+                if base and base.get("process_jobs_s")
+                else ""
+            )
+            late = " TIMED OUT" if r.get("timed_out") else ""
+            return f"**{r['process_jobs_s']:,.0f}** jobs/s{ratio}{late}"
+
+        table.append(f"| {label} | " + " | ".join(cell(b) for b in backends) + " |")
+
+    where = [
+        "| backend | configuration | span s | claims (empty) | jobs per claim "
+        "| claim p50 / p95 ms | in claims s | idle after short claims s (p50 ms) "
+        "| idle after empty claims s (p50 ms) | running in db: max (per key) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for b in backends:
+        for config in configs:
+            r = by(b, config)
+            if not r:
+                continue
+            f = r.get("fetch") or {}
+            gaps = f.get("gap_after") or {}
+
+            def gap(kind: str, gaps: dict = gaps) -> str:
+                g = gaps.get(kind)
+                return f"{g['total_s']:.2f} ({g['p50_ms']:.0f})" if g else "-"
+
+            db = r.get("db_running") or {}
+            per_key = db.get("max_running_per_key")
+            running = f"{db.get('max_running', '-')}" + (
+                f" ({per_key})" if r.get("keys") and per_key is not None else ""
+            )
+            where.append(
+                f"| {names[b]} | {config} | {r['process_span_s']:.2f} | "
+                f"{f.get('calls', 0)} ({f.get('empty', 0)}) | {f.get('rows_mean', 0):.1f} | "
+                f"{f.get('p50_ms', 0):.1f} / {f.get('p95_ms', 0):.1f} | "
+                f"{f.get('total_s', 0):.2f} | {gap('short')} | {gap('empty')} | {running} |"
+            )
+
+    d0 = drains[0]
+    out = [
+        "## Concurrency limits",
+        "",
+        f"`bench/bench_limits.py` (raw results: `{path}`). Drain of {d0['n']:,} no-op "
+        f"async jobs by one worker process (`concurrency={d0['concurrency']}, "
+        f"fetch_batch={d0['fetch_batch']}`) started after the enqueue; jobs/s from the first "
+        "handler start to the last handler end (the shared harness's phase b), each "
+        "configuration in a fresh database (PostgreSQL `bench_limits`, SQLite "
+        f"`{d0['settings'].get('sqlite_file', '?')}`); in brackets the ratio to the unlimited "
+        'drain on the same backend. Per-key limits: `@app.task(concurrency_key="user", '
+        "concurrency_limit=L)` with `user = i % keys`; queue limit: "
+        "`app.set_queue_limit(queue, max_running=50)`. "
+        + (
+            "Rate limits are not implemented in Conveyor yet, so there is no rate-limit "
+            "configuration or column."
+            if d0["settings"].get("rate_limits", "not implemented") == "not implemented"
+            else f"Rate limits: {d0['settings']['rate_limits']}, so no rate-limit column yet."
+        ),
+        "",
+        *table,
+        "",
+        "Where the time goes (the worker process's `job_fetch_available` calls, timed on the "
+        "backend instance; idle = from a claim's return to the next claim's start, by what "
+        "the claim returned: short = fewer jobs than asked; running in db = the largest "
+        f"count of `running` jobs in {d0['db_running'].get('every_s', 0.1):g} s samples, the "
+        "limits count a job as running from its claim until its outcome is written):",
+        "",
+        *where,
+        "",
+    ]
+    for r in (r for r in rows if r.get("measure") == "claim_plan"):
+        out += [
+            f"EXPLAIN (ANALYZE, BUFFERS) of the PostgreSQL `job_fetch_limited` claim "
+            f"({r['config']}, {r['finished']:,} of {r['n']:,} jobs finished, "
+            f"{r['held_running']} running; rolled back):",
+            "",
+        ]
+        for stats, pl in r["plans"].items():
+            sm = pl["summary"]
+            cand, join = _actual(sm.get("cand", "")), _actual(sm.get("join", ""))
+            parts = [sm.get("execution", "?")]
+            if cand:
+                parts.append(f"candidates ({sm.get('cand_scan', '?')}, locked): {cand[1]:.1f} ms")
+            if join:
+                kind = sm["join"].split("  (")[0]
+                removed = sm.get("join_removed", "").split(":")[-1].strip()
+                parts.append(
+                    f"ranked candidates x running per key ({kind}): {join[1] - join[0]:.1f} ms"
+                    + (f", {int(removed):,} rows removed by the join filter" if removed else "")
+                )
+            out.append(f"- {stats}: " + "; ".join(parts))
+        out.append("")
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("results")
@@ -245,6 +375,7 @@ def main() -> None:
     p.add_argument("--write", help="also write the report (Markdown) here")
     p.add_argument("--command", default="make bench", help="the command that produced it")
     p.add_argument("--batches", help="bench/bench_batches.py results (JSON lines) to add")
+    p.add_argument("--limits", help="bench/bench_limits.py results (JSON lines) to add")
     args = p.parse_args()
 
     rows = load(args.results)
@@ -256,6 +387,9 @@ def main() -> None:
     if args.batches:
         print()
         print("\n".join(batches_section(load(args.batches), args.batches)))
+    if args.limits:
+        print()
+        print("\n".join(limits_section(load(args.limits), args.limits)))
 
     if args.write:
         cmds = Path(args.commands).read_text().strip() if args.commands else ""
@@ -293,6 +427,8 @@ def main() -> None:
         ]
         if args.batches:
             doc += batches_section(load(args.batches), args.batches)
+        if args.limits:
+            doc += limits_section(load(args.limits), args.limits)
         Path(args.write).write_text("\n".join(doc))
 
 

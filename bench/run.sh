@@ -12,8 +12,11 @@
 #   4. Conveyor batches (bench/bench_batches.py: creating a 10,000-item batch,
 #      progress of a 100,000-job batch, close delay) on PostgreSQL and SQLite,
 #      appended to /tmp/peerbench/results/conveyor-batches-<timestamp>.jsonl;
-#   5. the Markdown table and the ratios, printed and written to bench/RESULTS.md
-#      (with a "Batches" section).
+#   5. Conveyor concurrency limits (bench/bench_limits.py: drain of 20,000 no-op jobs
+#      unlimited, with per-key limits and with a queue limit) on PostgreSQL and SQLite,
+#      appended to /tmp/peerbench/results/conveyor-limits-<timestamp>.jsonl;
+#   6. the Markdown table and the ratios, printed and written to bench/RESULTS.md
+#      (with "Batches" and "Concurrency limits" sections).
 #
 # Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
 # (the shared folder), BENCH_N (jobs per run, default 20000).
@@ -117,6 +120,14 @@ echo "$PY bench/bench_batches.py --out $BOUT" >> "$CMDS"
 "$PY" bench/bench_batches.py --out "$BOUT" > /dev/null
 say "batch runs took $(( $(date +%s) - T1 ))s; results in $BOUT"
 
-# -- 5. the table and the ratios ----------------------------------------------------------
+# -- 5. concurrency limits (own script, own results file) -----------------------------------
+LOUT=$SCRATCH/results/conveyor-limits-$STAMP.jsonl
+T2=$(date +%s)
+say "$PY bench/bench_limits.py"
+echo "$PY bench/bench_limits.py --out $LOUT" >> "$CMDS"
+"$PY" bench/bench_limits.py --out "$LOUT" > /dev/null
+say "limit runs took $(( $(date +%s) - T2 ))s; results in $LOUT"
+
+# -- 6. the table and the ratios ----------------------------------------------------------
 "$PY" bench/report.py "$OUT" --commands "$CMDS" --peers "$PEERS" --write bench/RESULTS.md \
-  --command "${BENCH_COMMAND:-make bench}" --batches "$BOUT"
+  --command "${BENCH_COMMAND:-make bench}" --batches "$BOUT" --limits "$LOUT"

@@ -171,7 +171,7 @@ def test_spread_jobs_each_go_to_a_different_worker(backend):
 
 
 def test_limited_jobs_created_in_a_batch_are_claimable(backend):
-    batch_id, _ = backend.batch_create(
+    backend.batch_create(
         name=None,
         task="t",
         idempotency_key=None,
