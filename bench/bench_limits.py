@@ -453,9 +453,13 @@ def claim_plan(args, base: dict) -> dict:
             "limit": args.fetch_batch,
             "max_running": None,
             "window": max(100, 10 * args.fetch_batch),  # as the backend passes it
+            "identity": ["bench-plan"],
         }
         with psycopg.connect(f"{PG_BASE}/{PG_DB}") as conn:
             cur = psycopg.ClientCursor(conn)
+            # the session settings Conveyor's own connections use (backends/postgres)
+            cur.execute("SET jit = off")
+            cur.execute("SET plan_cache_mode = force_custom_plan")
             for stats in ("no statistics (as in the drain)", "after ANALYZE"):
                 if stats.startswith("after"):
                     conn.execute("ANALYZE conveyor_jobs")

@@ -4,3 +4,5 @@
 ALTER TABLE conveyor_jobs ADD COLUMN pinned_to jsonb;
 ALTER TABLE conveyor_jobs ADD COLUMN spread_group text;
 ALTER TABLE conveyor_workers ADD COLUMN tags text[] NOT NULL DEFAULT '{}';
+-- The distinct-workers check looks up the other jobs of a group.
+CREATE INDEX conveyor_jobs_spread_idx ON conveyor_jobs (spread_group) WHERE spread_group IS NOT NULL;
