@@ -77,6 +77,11 @@ CONFIGS: dict[str, tuple[int | None, int | None, int | None, str]] = {
 
 
 # -- helpers ----------------------------------------------------------------------------
+# The session settings Conveyor's own PostgreSQL connections use (backends/postgres
+# _configure), set at connect time so the rollbacks between plans keep them.
+CONVEYOR_SESSION = "-c jit=off -c plan_cache_mode=force_custom_plan"
+
+
 def say(msg: str) -> None:
     print(f"bench_limits: {msg}", file=sys.stderr, flush=True)
 
@@ -455,11 +460,8 @@ def claim_plan(args, base: dict) -> dict:
             "window": max(100, 10 * args.fetch_batch),  # as the backend passes it
             "identity": ["bench-plan"],
         }
-        with psycopg.connect(f"{PG_BASE}/{PG_DB}") as conn:
+        with psycopg.connect(f"{PG_BASE}/{PG_DB}", options=CONVEYOR_SESSION) as conn:
             cur = psycopg.ClientCursor(conn)
-            # the session settings Conveyor's own connections use (backends/postgres)
-            cur.execute("SET jit = off")
-            cur.execute("SET plan_cache_mode = force_custom_plan")
             for stats in ("no statistics (as in the drain)", "after ANALYZE"):
                 if stats.startswith("after"):
                     conn.execute("ANALYZE conveyor_jobs")
