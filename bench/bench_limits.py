@@ -79,7 +79,7 @@ CONFIGS: dict[str, tuple[int | None, int | None, int | None, str]] = {
 # -- helpers ----------------------------------------------------------------------------
 # The session settings Conveyor's own PostgreSQL connections use (backends/postgres
 # _configure), set at connect time so the rollbacks between plans keep them.
-CONVEYOR_SESSION = "-c jit=off -c plan_cache_mode=force_custom_plan"
+CONVEYOR_SESSION = "-c jit=off"
 
 
 def say(msg: str) -> None:

@@ -62,19 +62,16 @@ def _json(value: Any) -> Any:
     return None if value is None else json.loads(value)  # jsonb arrives as text: see _configure
 
 
+# Statements never prepared (planned afresh each run). None at present: the
+# lease writes fence on id + token only, which keeps their generic plans sound
+# (see job_finalize_many); bench/bench_batches.py probes for a plan flip.
+UNPREPARED: frozenset[str] = frozenset()
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     """Hand jsonb back as text: both dialects then decode JSON the same way, and a
-    JSON string result is never mistaken for an encoded document.
-
-    Plan every execution with its actual parameters. psycopg prepares statements
-    after a few runs, and PostgreSQL then may switch to a generic plan; for the
-    array-driven writes (finalize, heartbeat) that plan is built without knowing
-    the array's length, and after an ANALYZE that saw no running jobs it
-    nested-loops over every running job per outcome: drain throughput fell ~25x
-    (bench/bench_batches.py shows it). Custom plans cost a fraction of a
-    millisecond per statement and cannot flip."""
+    JSON string result is never mistaken for an encoded document."""
     conn.adapters.register_loader("jsonb", TextLoader)
-    conn.execute("SET plan_cache_mode = force_custom_plan")
     # Our statements are short and touch few rows; JIT compiling them costs far more
     # than it saves (a claim estimated expensive spent 935 ms compiling, 4 ms running).
     conn.execute("SET jit = off")
@@ -150,42 +147,53 @@ def _mark_limited(cur: psycopg.Cursor[Any], jobs: Sequence[JobInsert]) -> None:
         cur.execute(Q["queue_mark_keyed"], {"queues": limited})
 
 
-def _spread(params: dict[str, Any], name: str, values: list[Any]) -> None:
+def _spread(params: dict[str, Any], name: str, values: Sequence[Any]) -> None:
     """Send ``values`` as one scalar ``<name>_all`` when they are all equal (the
-    query coalesces the padded NULLs), else as a full array."""
+    query coalesces the padded NULLs), else as a full array. ``tuple.count`` does
+    the comparison in C: this runs for some twenty columns of every chunk."""
     first = values[0]
-    kind = type(first)
-    if all(v == first and type(v) is kind for v in values):
+    if values.count(first) == len(values):
         params[name], params[f"{name}_all"] = None, first
     else:
-        params[name], params[f"{name}_all"] = values, None
+        params[name], params[f"{name}_all"] = list(values), None
+
+
+def _floats(values: Sequence[Any]) -> tuple[Any, ...]:
+    """Binary arrays must not mix int and float."""
+    return tuple(None if v is None else float(v) for v in values)
+
+
+_INSERT_INDEX = {f: JobInsert._fields.index(f) for f in _INSERT_COLUMNS}
+_FINALIZE_INDEX = {f: Finalize._fields.index(f) for f in _FINALIZE_COLUMNS}
 
 
 def _insert_params(jobs: Sequence[JobInsert], now: datetime | None) -> dict[str, Any]:
-    params: dict[str, Any] = {"args": [j.args_json for j in jobs], "now": now, "channel": CHANNEL}
+    columns = list(zip(*jobs, strict=True))  # NamedTuples: transposed in C
+    params: dict[str, Any] = {
+        "args": list(columns[JobInsert._fields.index("args_json")]),
+        "now": now,
+        "channel": CHANNEL,
+    }
     for field, name in _INSERT_COLUMNS.items():
-        values = [getattr(j, field) for j in jobs]
-        if field in _FLOAT_COLUMNS:  # binary arrays must not mix int and float
-            values = [None if v is None else float(v) for v in values]
-        _spread(params, name, values)
+        values = columns[_INSERT_INDEX[field]]
+        _spread(params, name, _floats(values) if field in _FLOAT_COLUMNS else values)
     return params
 
 
 def _finalize_params(
     worker_id: str, outcomes: Sequence[Finalize], now: datetime | None
 ) -> dict[str, Any]:
+    columns = list(zip(*outcomes, strict=True))
     params: dict[str, Any] = {
-        "id": [o.job_id for o in outcomes],
-        "token": [o.token for o in outcomes],
+        "id": list(columns[0]),
+        "token": list(columns[1]),
         "worker_id": worker_id,
         "now": now,
         "channel": CHANNEL,
     }
     for name in _FINALIZE_COLUMNS:
-        values = [getattr(o, name) for o in outcomes]
-        if name == "retry_in_s":
-            values = [None if v is None else float(v) for v in values]
-        _spread(params, name, values)
+        values = columns[_FINALIZE_INDEX[name]]
+        _spread(params, name, _floats(values) if name == "retry_in_s" else values)
     return params
 
 
@@ -310,10 +318,13 @@ class PostgresBackend(Backend):
             raise _connect_error(self.url, exc) from exc
 
     def _run(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One statement in autocommit: a single round trip, no BEGIN/COMMIT."""
+        """One statement in autocommit: a single round trip, no BEGIN/COMMIT.
+
+        The array-joined lease writes are never prepared (see UNPREPARED); every
+        other statement is, after a few runs, and keeps its plan."""
         try:
             with self.pool.connection() as c:
-                cur = c.execute(Q[query], params)
+                cur = c.execute(Q[query], params, prepare=False if query in UNPREPARED else None)
                 return cur.fetchall() if cur.description else []
         except psycopg.OperationalError as exc:
             raise _connect_error(self.url, exc) from exc

@@ -176,7 +176,11 @@ WITH i AS (
         priority = coalesce(i.priority, j.priority),
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM i, t
-    WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+    -- A lease token is non-null only while the job runs (claims set it, every way
+    -- out of 'running' clears it), so id + token is the whole fence. Not also
+    -- "state = 'running'": that matches the partial lease index, and a generic
+    -- plan after an ANALYZE that saw no running jobs then nested-loops over them.
+    WHERE j.id = i.id AND j.lease_token = i.token
     RETURNING j.id, j.queue, j.state, j.attempt, j.started_at,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), woken AS (
@@ -207,7 +211,7 @@ WITH released AS (
     SET state = 'available', attempt = greatest(j.attempt - 1, 0),
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
-    WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'running'
+    WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
     RETURNING j.id, j.queue
 ), woken AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue AS q FROM released) s
@@ -221,7 +225,7 @@ SELECT id, (SELECT count(*) FROM woken) AS notified FROM released
 UPDATE conveyor_jobs j
 SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_s)s)
 FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
-WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'running'
+WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
 RETURNING j.id, j.cancel_requested
 
 -- name: worker_upsert
