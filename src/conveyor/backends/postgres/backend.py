@@ -19,7 +19,6 @@ from psycopg_pool import ConnectionPool
 from ...errors import ConfigError, DatabaseUnavailable
 from ...job import Attempt, Job
 from ..base import (
-    Backend,
     BatchRecord,
     ChainLink,
     Finalize,
@@ -37,14 +36,13 @@ from ..common import (
     KeyPair,
     attempt_from_row,
     batch_from_row,
-    callback_insert,
     check_schema,
-    close_state,
     insert_resolving,
     job_from_row,
     needs_limits,
     rate_spending,
 )
+from ..shared import SharedSqlBackend
 from ..sqlfiles import load_migrations, load_queries, split_statements
 
 log = logging.getLogger("conveyor.postgres")
@@ -251,9 +249,26 @@ class PostgresNotifier(Notifier):
                 pass
 
 
-class PostgresBackend(Backend):
+class PostgresBackend(SharedSqlBackend):
     name = "postgres"
     pushes_notifications = True
+    Q = Q
+
+    # -- hooks of the shared SQL operations ------------------------------------------------
+    def _now(self, now: datetime | None) -> Any:
+        return now  # None: the server's clock
+
+    def _keys(self, keys: list[str]) -> Any:
+        return keys
+
+    def _insert_rows(self, cur: Any, jobs: Sequence[JobInsert], now: Any) -> list[int]:
+        _mark_limited(cur, jobs)
+        keyed = any(j.unique_key or j.idempotency_key for j in jobs)
+        query = Q["job_insert_many"] if keyed else KEYLESS_INSERT
+        return [int(r["id"]) for r in cur.execute(query, _insert_params(jobs, now)).fetchall()]
+
+    def _batch_record(self, row: dict[str, Any]) -> BatchRecord:
+        return _batch(row)
 
     def __init__(self, url: str, *, max_connections: int = 10) -> None:
         self.url = url
@@ -610,43 +625,6 @@ class PostgresBackend(Backend):
         return [QueueCount(r["queue"], r["state"], r["n"]) for r in self._run("queue_counts")]
 
     # -- batches ------------------------------------------------------------------------
-    def batch_create(
-        self,
-        *,
-        name: str | None,
-        task: str,
-        idempotency_key: str | None,
-        on_complete_json: str | None,
-        jobs: Sequence[JobInsert],
-        conn: Any = None,
-        now: datetime | None = None,
-    ) -> tuple[int, bool]:
-        with self._tx(conn) as cur:
-            row = cur.execute(
-                Q["batch_insert"],
-                {
-                    "name": name,
-                    "task": task,
-                    "total": len(jobs),
-                    "now": now,
-                    "idempotency_key": idempotency_key,
-                    "on_complete": on_complete_json,
-                },
-            ).fetchone()
-            if row is None:  # the key named an existing batch: return it, write nothing
-                found = cur.execute(
-                    Q["batch_find_by_key"], {"idempotency_key": idempotency_key}
-                ).fetchone()
-                return int(found["id"]), False
-            batch_id = int(row["id"])
-            if jobs:
-                _mark_limited(cur, jobs)
-                stamped = [j._replace(batch_id=batch_id) for j in jobs]
-                keyed = any(j.unique_key or j.idempotency_key for j in jobs)
-                query = Q["job_insert_many"] if keyed else KEYLESS_INSERT
-                cur.execute(query, _insert_params(stamped, now))
-        return batch_id, True
-
     def batch_get(self, *, batch_id: int) -> BatchRecord | None:
         rows = self._run("batch_get", {"id": batch_id})
         return _batch(rows[0]) if rows else None
@@ -684,32 +662,6 @@ class PostgresBackend(Backend):
     def batch_ready(self, *, limit: int = 100) -> list[int]:
         return [int(r["id"]) for r in self._run("batch_ready", {"limit": limit})]
 
-    def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None:
-        with self._tx() as cur:
-            row = cur.execute(Q["batch_lock_open"], {"id": batch_id}).fetchone()
-            if row is None:
-                return None
-            counts = {
-                r["state"]: int(r["n"])
-                for r in cur.execute(Q["batch_progress"], {"id": batch_id}).fetchall()
-            }
-            state = close_state(counts, cancelled=row["cancelled_at"] is not None)
-            if state is None:
-                return None  # work came back (retry_failed) since batch_ready looked
-            closed = cur.execute(
-                Q["batch_mark_closed"],
-                {
-                    "id": batch_id,
-                    "state": state,
-                    "counts": json.dumps(counts),
-                    "now": now,
-                },
-            ).fetchone()
-            callback = callback_insert(_batch(closed))
-            if callback is not None:
-                cur.execute(Q["job_insert_many"], _insert_params([callback], now))
-        return _batch(closed)
-
     # -- chains -------------------------------------------------------------------------
     def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
         return bool(self._run("job_chain_append", {"id": job_id, "steps": steps_json}))
@@ -726,24 +678,6 @@ class PostgresBackend(Backend):
             )
             for r in self._run("job_chain_due", {"limit": limit})
         ]
-
-    def job_chain_advance(
-        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
-    ) -> int | None:
-        with self._tx() as cur:
-            next_id = 0
-            if next_job is not None:
-                rows = cur.execute(Q["job_insert_many"], _insert_params([next_job], now)).fetchall()
-                if rows:
-                    next_id = int(rows[0]["id"])
-                else:  # advanced before (its idempotency key exists): link to that job
-                    found = cur.execute(
-                        Q["job_find_by_keys"],
-                        {"unique_keys": [], "idempotency_keys": [next_job.idempotency_key]},
-                    ).fetchone()
-                    next_id = int(found["id"])
-            cur.execute(Q["job_chain_link"], {"id": job_id, "next_id": next_id})
-        return next_id or None
 
     # -- leadership -----------------------------------------------------------------------
     def leader_attempt_elect(

@@ -15,7 +15,6 @@ from typing import Any
 from ...errors import ConfigError, DatabaseUnavailable
 from ...job import Attempt, Job
 from ..base import (
-    Backend,
     BatchRecord,
     ChainLink,
     Finalize,
@@ -33,14 +32,13 @@ from ..common import (
     KeyPair,
     attempt_from_row,
     batch_from_row,
-    callback_insert,
     check_schema,
-    close_state,
     insert_resolving,
     job_from_row,
     needs_limits,
     rate_spending,
 )
+from ..shared import SharedSqlBackend
 from ..sqlfiles import load_migrations, load_queries, split_statements
 
 Q = load_queries(__package__ or "conveyor.backends.sqlite")
@@ -107,8 +105,28 @@ class SQLiteNotifier(Notifier):
             self._conn.close()
 
 
-class SQLiteBackend(Backend):
+class SQLiteBackend(SharedSqlBackend):
     name = "sqlite"
+    Q = Q
+
+    # -- hooks of the shared SQL operations ------------------------------------------------
+    def _now(self, now: datetime | None) -> Any:
+        return _epoch(now)
+
+    def _keys(self, keys: list[str]) -> Any:
+        return json.dumps(keys)
+
+    def _insert_rows(self, cur: Any, jobs: Sequence[JobInsert], now: Any) -> list[int]:
+        _mark_limited(cur, jobs, now)
+        ids = []
+        for j in jobs:  # in-process: a statement per row costs microseconds
+            row = cur.execute(Q["job_insert_many"], {**j._asdict(), "now": now}).fetchone()
+            if row is not None:
+                ids.append(int(row["id"]))
+        return ids
+
+    def _batch_record(self, row: dict[str, Any]) -> BatchRecord:
+        return batch_from_row(row, _ts, _json)
 
     def __init__(
         self, path: str, *, synchronous: str = "full", busy_timeout_s: float = 30.0
@@ -567,48 +585,6 @@ class SQLiteBackend(Backend):
         return [QueueCount(r["queue"], r["state"], r["n"]) for r in rows]
 
     # -- batches ------------------------------------------------------------------------
-    def _insert_rows(self, cur: sqlite3.Cursor, jobs: Sequence[JobInsert], ts: float) -> list[int]:
-        ids = []
-        for j in jobs:
-            row = cur.execute(Q["job_insert_many"], {**j._asdict(), "now": ts}).fetchone()
-            if row is not None:
-                ids.append(int(row["id"]))
-        return ids
-
-    def batch_create(
-        self,
-        *,
-        name: str | None,
-        task: str,
-        idempotency_key: str | None,
-        on_complete_json: str | None,
-        jobs: Sequence[JobInsert],
-        conn: Any = None,
-        now: datetime | None = None,
-    ) -> tuple[int, bool]:
-        ts = _epoch(now)
-        with self._tx(conn) as cur:
-            row = cur.execute(
-                Q["batch_insert"],
-                {
-                    "name": name,
-                    "task": task,
-                    "total": len(jobs),
-                    "now": ts,
-                    "idempotency_key": idempotency_key,
-                    "on_complete": on_complete_json,
-                },
-            ).fetchone()
-            if row is None:  # the key named an existing batch: return it, write nothing
-                found = cur.execute(
-                    Q["batch_find_by_key"], {"idempotency_key": idempotency_key}
-                ).fetchone()
-                return int(found["id"]), False
-            batch_id = int(row["id"])
-            _mark_limited(cur, jobs, ts)
-            self._insert_rows(cur, [j._replace(batch_id=batch_id) for j in jobs], ts)
-        return batch_id, True
-
     def batch_get(self, *, batch_id: int) -> BatchRecord | None:
         with self._tx(write=False) as cur:
             row = cur.execute(Q["batch_get"], {"id": batch_id}).fetchone()
@@ -662,37 +638,6 @@ class SQLiteBackend(Backend):
         with self._tx(write=False) as cur:
             return [int(r["id"]) for r in cur.execute(Q["batch_ready"], {"limit": limit})]
 
-    def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None:
-        ts = _epoch(now)
-        with self._tx() as cur:
-            row = cur.execute(Q["batch_lock_open"], {"id": batch_id}).fetchone()
-            if row is None:
-                return None
-            counts = {
-                r["state"]: int(r["n"])
-                for r in cur.execute(Q["batch_progress"], {"id": batch_id}).fetchall()
-            }
-            state = close_state(counts, cancelled=row["cancelled_at"] is not None)
-            if state is None:
-                return None
-            closed = batch_from_row(
-                cur.execute(
-                    Q["batch_mark_closed"],
-                    {
-                        "id": batch_id,
-                        "state": state,
-                        "counts": json.dumps(counts),
-                        "now": ts,
-                    },
-                ).fetchone(),
-                _ts,
-                _json,
-            )
-            callback = callback_insert(closed)
-            if callback is not None:
-                self._insert_rows(cur, [callback], ts)
-        return closed
-
     # -- chains -------------------------------------------------------------------------
     def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
         with self._tx() as cur:
@@ -717,28 +662,6 @@ class SQLiteBackend(Backend):
             )
             for r in rows
         ]
-
-    def job_chain_advance(
-        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
-    ) -> int | None:
-        ts = _epoch(now)
-        with self._tx() as cur:
-            next_id = 0
-            if next_job is not None:
-                ids = self._insert_rows(cur, [next_job], ts)
-                if ids:
-                    next_id = ids[0]
-                else:  # advanced before (its idempotency key exists): link to that job
-                    found = cur.execute(
-                        Q["job_find_by_keys"],
-                        {
-                            "unique_keys": "[]",
-                            "idempotency_keys": json.dumps([next_job.idempotency_key]),
-                        },
-                    ).fetchone()
-                    next_id = int(found["id"])
-            cur.execute(Q["job_chain_link"], {"id": job_id, "next_id": next_id})
-        return next_id or None
 
     # -- leadership -----------------------------------------------------------------------
     def leader_attempt_elect(
