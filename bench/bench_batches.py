@@ -41,24 +41,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import psycopg
+from _bench import PG_BASE, SCRATCH, commit, db_url, emit, fresh_database, pct
 
 import conveyor
 from conveyor import Conveyor
 from conveyor.backends.postgres.backend import Q as PG_QUERIES
 from conveyor.runtime.worker import Worker, WorkerConfig
 
-REPO = Path(__file__).resolve().parents[1]
-PG_BASE = os.environ.get("PEERBENCH_PG", "postgresql://postgres@127.0.0.1:5432").rstrip("/")
-SCRATCH = Path(os.environ.get("PEERBENCH_SCRATCH", "/tmp/peerbench"))
 PG_DB = "bench_batches"
 SQLITE_FILE = SCRATCH / "bench_batches.db"
 QUEUE = "bench_batches"
@@ -66,28 +62,18 @@ DONE = ("succeeded", "failed", "cancelled")
 
 
 # -- helpers ----------------------------------------------------------------------------
+
+
+def url(backend: str) -> str:
+    return db_url(backend, PG_DB, SQLITE_FILE)
+
+
+def fresh(backend: str) -> None:
+    fresh_database(backend, PG_DB, SQLITE_FILE)
+
+
 def say(msg: str) -> None:
     print(f"bench_batches: {msg}", file=sys.stderr, flush=True)
-
-
-def commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def pct(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (the shared harness's definition)."""
-    v = sorted(values)
-    k = max(0, min(len(v) - 1, round(p / 100.0 * len(v) + 0.5) - 1))
-    return v[k]
 
 
 def summary_ms(values_ms: list[float]) -> dict:
@@ -99,30 +85,6 @@ def summary_ms(values_ms: list[float]) -> dict:
         "max_ms": round(max(values_ms), 2),
         "mean_ms": round(statistics.fmean(values_ms), 2),
     }
-
-
-def emit(row: dict, out: str | None) -> None:
-    line = json.dumps(row)
-    print(line, flush=True)
-    if out:
-        with open(out, "a") as f:
-            f.write(line + "\n")
-
-
-def url(backend: str) -> str:
-    return f"{PG_BASE}/{PG_DB}" if backend == "postgres" else f"sqlite:///{SQLITE_FILE}"
-
-
-def fresh(backend: str) -> None:
-    """An empty database: dropped and created (PostgreSQL) or a new file (SQLite)."""
-    if backend == "postgres":
-        with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{PG_DB}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{PG_DB}"')
-    else:
-        SCRATCH.mkdir(parents=True, exist_ok=True)
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(str(SQLITE_FILE) + suffix).unlink(missing_ok=True)
 
 
 def make_app(backend: str):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +31,7 @@ if not (PEERS / "_common.py").is_file():
     )
 sys.path.insert(0, str(PEERS))
 import _common as C  # noqa: E402
+from _bench import commit  # noqa: E402
 
 import conveyor  # noqa: E402
 from conveyor import Conveyor  # noqa: E402
@@ -45,19 +45,6 @@ PG_DB = "peer_conveyor"
 SQLITE_DB = "peer_conveyor_sqlite"
 SQLITE_FILE = C.SCRATCH / "conveyor.db"
 FINISHED = {"succeeded", "failed", "cancelled"}
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def database_url(backend: str) -> str:
@@ -99,7 +86,7 @@ class Adapter:
             "fetch_batch": args.fetch_batch,
             "durability": "durable" if args.backend == "postgres" else "synchronous=full",
             "loop": args.loop,
-            "commit": _commit(),
+            "commit": commit(),
         }
         self.app = None
         self.task = None
