@@ -399,6 +399,26 @@ class Conveyor:
             )
         self.backend.queue_set_limit(name=name, max_running=max_running)
 
+    def set_queue_rate_limit(
+        self, name: str, rate_limit: str | None, burst: float | None = None
+    ) -> None:
+        """A token bucket for the whole queue, e.g. ``"100/m"``, shared by every
+        worker; ``burst`` tokens at most (default one second's worth, at least 1).
+        ``None`` removes it. Workers apply a change within a second."""
+        from .task import parse_rate
+
+        _check_queue_name(name)
+        rate = None if rate_limit is None else parse_rate(rate_limit)
+        if burst is not None and (
+            isinstance(burst, bool) or not isinstance(burst, int | float) or burst < 1
+        ):
+            raise ConfigError(f"burst must be a number >= 1, got {burst!r}")
+        if rate is not None and burst is None:
+            burst = max(1.0, rate)
+        self.backend.queue_set_rate(
+            name=name, rate_per_s=rate, rate_burst=None if rate is None else float(burst or 1)
+        )
+
     def pause_queue(self, name: str) -> None:
         """No worker claims from a paused queue; running jobs finish."""
         _check_queue_name(name)

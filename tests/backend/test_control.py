@@ -183,3 +183,14 @@ def test_limited_jobs_created_in_a_batch_are_claimable(backend):
     )
     assert len(fetch(backend, n=10, worker="w1")) == 1
     assert len(fetch(backend, n=10, worker="w2")) == 1
+
+
+def test_a_queue_rate_limit_caps_claims_for_the_whole_queue(backend):
+    backend.job_insert_many(jobs=[ins(args=[i]) for i in range(10)])
+    backend.queue_set_rate(name="q", rate_per_s=1.0, rate_burst=3.0)
+    t0 = datetime.now(UTC)
+    assert len(fetch(backend, n=10, now=t0)) == 3  # the burst
+    assert fetch(backend, n=10, now=t0 + timedelta(seconds=0.5)) == []
+    assert len(fetch(backend, n=10, now=t0 + timedelta(seconds=2.1))) == 2
+    backend.queue_set_rate(name="q", rate_per_s=None, rate_burst=None)
+    assert len(fetch(backend, n=10, now=t0 + timedelta(seconds=2.2))) == 5  # limit lifted

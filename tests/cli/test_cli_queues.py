@@ -110,3 +110,14 @@ def test_limit_needs_n_or_none(invoke: Invoke, db_url: str) -> None:
     assert huge.exit_code == 2 and "0<=x<=2147483647" in huge.stderr
     assert invoke("queues", "pause", " ", url=db_url).stderr == "error: the queue name is empty\n"
     assert listed(invoke, db_url) == {}  # nothing was written
+
+
+def test_queue_rate_limit_round_trip(invoke: Invoke, db_url: str, producer: Conveyor) -> None:
+    producer.migrate()
+    ok = invoke("queues", "rate", "llm", "100/m", "--burst", "5", url=db_url)
+    assert ok.exit_code == 0, ok.output
+    assert "100/m" in ok.output and "5" in ok.output
+    bad = invoke("queues", "rate", "llm", "fast", url=db_url)
+    assert bad.exit_code == 2 and "COUNT/UNIT" in bad.output
+    off = invoke("queues", "rate", "llm", "--none", url=db_url)
+    assert off.exit_code == 0 and "removed" in off.output

@@ -30,3 +30,12 @@ def test_rate_options_are_checked_on_the_task(tmp_path):
 
     insert = call.build(("ann", "hi"), {})
     assert (insert.rate_key, insert.rate_per_s, insert.rate_burst) == ("user=ann", 2.0, 2.0)
+
+
+def test_queue_rate_limit_settings_are_checked(tmp_path):
+    app = Conveyor(f"sqlite:///{tmp_path}/c.db")
+    with pytest.raises(ConfigError, match="rate_limit"):
+        app.set_queue_rate_limit("q", "fast")
+    with pytest.raises(ConfigError, match="burst"):
+        app.set_queue_rate_limit("q", "10/s", burst=0)
+    app.set_queue_rate_limit("q", "120/m")  # burst defaults to one second's worth

@@ -322,6 +322,17 @@ class Backend(abc.ABC):
     def queue_list(self) -> list[QueueInfo]: ...
 
     @abc.abstractmethod
+    def queue_set_rate(
+        self,
+        *,
+        name: str,
+        rate_per_s: float | None,
+        rate_burst: float | None,
+        now: datetime | None = None,
+    ) -> None:
+        """A token bucket for the whole queue, shared by every worker (``None``: off)."""
+
+    @abc.abstractmethod
     def queue_set_limit(
         self, *, name: str, max_running: int | None, now: datetime | None = None
     ) -> None:

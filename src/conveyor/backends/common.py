@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import SchemaError
 from ..job import Attempt, Job, JobState
@@ -204,3 +204,36 @@ def needs_limits(job: JobInsert) -> bool:
     """Jobs the fast claim path leaves to the serialized, limit-aware one: keyed,
     rate-limited, pinned or spread jobs."""
     return bool(job.concurrency_key or job.rate_key or job.pinned_to or job.spread_group)
+
+
+class QueueLimits(NamedTuple):
+    """What a limited queue's claims must respect (from conveyor_queues)."""
+
+    max_running: int | None
+    rate_per_s: float | None
+    rate_burst: float | None
+
+    @property
+    def spend(self) -> dict[str, Any] | None:
+        return (
+            None if self.rate_per_s is None else {"rate": self.rate_per_s, "burst": self.rate_burst}
+        )
+
+
+def queue_limits(rows: Sequence[dict[str, Any]]) -> dict[str, QueueLimits]:
+    """Queues whose claims must go through the limit-aware path, with their limits."""
+    return {
+        r["name"]: QueueLimits(r["max_running"], r["rate_per_s"], r["rate_burst"])
+        for r in rows
+        if r["keyed"] or r["max_running"] is not None or r["rate_per_s"] is not None
+    }
+
+
+def limited_params(queue: str, limits: QueueLimits, limit: int) -> dict[str, Any]:
+    return {
+        "queue": queue,
+        "max_running": limits.max_running,
+        "window": max(100, 10 * limit),
+        "queue_rate": limits.rate_per_s,
+        "queue_burst": limits.rate_burst,
+    }

@@ -180,3 +180,39 @@ def limit_queue(state: State, name: str, max_running: int | None, remove: bool) 
     )
     if max_running == 0:
         click.echo("note: with a limit of 0 nothing new starts, as if the queue were paused")
+
+
+@queues_group.command("rate")
+@click.argument("name")
+@click.argument("rate_limit", metavar="RATE", required=False)
+@click.option(
+    "--burst",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Most tokens the bucket holds (default: one second's worth, at least 1).",
+)
+@click.option("--none", "remove", is_flag=True, help="Remove the rate limit.")
+@app_option
+@pass_state
+def rate_queue(
+    state: State, name: str, rate_limit: str | None, burst: float | None, remove: bool
+) -> None:
+    """Start at most RATE jobs of queue NAME, across every worker: a token bucket in
+    the database (RATE is COUNT/UNIT with unit s, m or h). Jobs over the limit wait
+    without using attempts. --none removes it.
+
+    \b
+    conveyor queues rate llm 100/m --burst 10
+    conveyor queues rate llm --none
+    """
+    if remove == (rate_limit is not None):
+        raise CliError("give either RATE (e.g. 100/m) or --none")
+    app = state.app()
+    app.set_queue_rate_limit(_queue_name(name), None if remove else rate_limit, burst)
+    if remove:
+        click.echo(f"queue {name!r}: rate limit removed")
+    else:
+        click.echo(
+            f"queue {name!r}: at most {rate_limit} across every worker"
+            + (f", bursts of up to {burst:g}" if burst else "")
+        )

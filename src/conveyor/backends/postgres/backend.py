@@ -34,12 +34,15 @@ from ..base import (
 )
 from ..common import (
     KeyPair,
+    QueueLimits,
     attempt_from_row,
     batch_from_row,
     check_schema,
     insert_resolving,
     job_from_row,
+    limited_params,
     needs_limits,
+    queue_limits,
     rate_spending,
 )
 from ..shared import SharedSqlBackend
@@ -282,7 +285,7 @@ class PostgresBackend(SharedSqlBackend):
             psycopg.connect(url, connect_timeout=10).close()
         except psycopg.OperationalError as exc:
             raise _connect_error(url, exc) from exc
-        self._limits_cache: dict[tuple[str, ...], tuple[float, dict[str, int | None]]] = {}
+        self._limits_cache: dict[tuple[str, ...], tuple[float, dict[str, QueueLimits]]] = {}
         self.pool = ConnectionPool(
             url,
             min_size=1,
@@ -421,14 +424,17 @@ class PostgresBackend(SharedSqlBackend):
                     Q["job_fetch_limited"],
                     {
                         **params,
-                        "queue": queue,
+                        **limited_params(queue, limits[queue], limit - len(rows)),
                         "limit": limit - len(rows),
-                        "max_running": limits[queue],
-                        "window": max(100, 10 * limit),
                         "identity": [worker_id, *tags],
                     },
                 ).fetchall()
-                for spend in rate_spending(claimed):  # same transaction, same lock
+                spends = rate_spending(claimed)
+                if claimed and limits[queue].spend:  # the queue's own bucket
+                    spends.append(
+                        {**limits[queue].spend, "key": f"queue={queue}", "taken": len(claimed)}
+                    )
+                for spend in spends:  # same transaction, same lock
                     cur.execute(Q["rate_spend"], {**spend, "now": now})
                 rows += claimed
         jobs = [job_from_row(r, _ts, _json) for r in rows]
@@ -436,7 +442,7 @@ class PostgresBackend(SharedSqlBackend):
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
         return jobs
 
-    def _queue_limits(self, queues: Sequence[str]) -> dict[str, int | None]:
+    def _queue_limits(self, queues: Sequence[str]) -> dict[str, QueueLimits]:
         """Queues whose claims must respect limits -> their max_running, read at most
         once a second. Keyed jobs are never claimed by the fast path, so a stale
         answer can delay them but not over-admit them."""
@@ -444,10 +450,7 @@ class PostgresBackend(SharedSqlBackend):
         cached = self._limits_cache.get(key)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
-        rows = self._run("queue_limits", {"queues": list(queues)})
-        limits = {
-            r["name"]: r["max_running"] for r in rows if r["keyed"] or r["max_running"] is not None
-        }
+        limits = queue_limits(self._run("queue_limits", {"queues": list(queues)}))
         self._limits_cache[key] = (time.monotonic() + 1.0, limits)
         return limits
 
@@ -527,6 +530,20 @@ class PostgresBackend(SharedSqlBackend):
             QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"]), r["max_running"])
             for r in self._run("queue_list")
         ]
+
+    def queue_set_rate(
+        self,
+        *,
+        name: str,
+        rate_per_s: float | None,
+        rate_burst: float | None,
+        now: datetime | None = None,
+    ) -> None:
+        self._run(
+            "queue_set_rate",
+            {"name": name, "rate_per_s": rate_per_s, "rate_burst": rate_burst, "now": now},
+        )
+        self._limits_cache.clear()
 
     def queue_set_limit(
         self, *, name: str, max_running: int | None, now: datetime | None = None

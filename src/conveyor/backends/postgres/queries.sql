@@ -566,7 +566,8 @@ WHERE j.state = %(state)s
   AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
 
 -- name: queue_limits
-SELECT name, max_running, keyed FROM conveyor_queues WHERE name = ANY(%(queues)s::text[])
+SELECT name, max_running, keyed, rate_per_s, rate_burst FROM conveyor_queues
+WHERE name = ANY(%(queues)s::text[])
 
 -- name: queue_set_limit
 INSERT INTO conveyor_queues (name, max_running, updated_at)
@@ -633,10 +634,16 @@ WITH t AS (
     FROM (SELECT rate_key, max(rate_per_s) AS rate, max(rate_burst) AS burst FROM cand
           WHERE rate_key IS NOT NULL GROUP BY rate_key) k
     LEFT JOIN conveyor_rate_limits b ON b.key = k.rate_key, t
+), queue_tokens AS (  -- the queue's own rate limit, if it has one
+    SELECT floor(least(%(queue_burst)s::float8, coalesce(
+               b.tokens + extract(epoch FROM t.now - b.updated_at) * %(queue_rate)s::float8,
+               %(queue_burst)s::float8)))::bigint AS n
+    FROM t LEFT JOIN conveyor_rate_limits b ON b.key = 'queue=' || %(queue)s
+    WHERE %(queue_rate)s::float8 IS NOT NULL
 ), room AS (
     SELECT greatest(0, least(%(limit)s::bigint, coalesce(%(max_running)s::bigint - (
         SELECT count(*) FROM conveyor_jobs WHERE queue = %(queue)s AND state = 'running'),
-        %(limit)s::bigint))) AS n
+        %(limit)s::bigint), coalesce((SELECT n FROM queue_tokens), %(limit)s::bigint))) AS n
 ), picked AS (
     SELECT r.id FROM ranked r
     LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
@@ -673,3 +680,9 @@ SET tokens = least(%(burst)s, conveyor_rate_limits.tokens
                    + extract(epoch FROM excluded.updated_at - conveyor_rate_limits.updated_at)
                      * %(rate)s) - %(taken)s,
     updated_at = excluded.updated_at
+
+-- name: queue_set_rate
+INSERT INTO conveyor_queues (name, rate_per_s, rate_burst, updated_at)
+VALUES (%(name)s, %(rate_per_s)s, %(rate_burst)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE SET rate_per_s = excluded.rate_per_s,
+    rate_burst = excluded.rate_burst, updated_at = excluded.updated_at

@@ -35,7 +35,9 @@ from ..common import (
     check_schema,
     insert_resolving,
     job_from_row,
+    limited_params,
     needs_limits,
+    queue_limits,
     rate_spending,
 )
 from ..shared import SharedSqlBackend
@@ -297,11 +299,9 @@ class SQLiteBackend(SharedSqlBackend):
             return []
         jobs: list[Job] = []
         with self._tx() as cur:
-            limits = {
-                r["name"]: r["max_running"]
-                for r in cur.execute(Q["queue_limits"], {"queues": json.dumps(list(queues))})
-                if r["keyed"] or r["max_running"] is not None
-            }
+            limits = queue_limits(
+                cur.execute(Q["queue_limits"], {"queues": json.dumps(list(queues))}).fetchall()
+            )
             for queue in queues:
                 if len(jobs) >= limit:
                     break
@@ -314,12 +314,16 @@ class SQLiteBackend(SharedSqlBackend):
                 }
                 if queue in limits:  # under BEGIN IMMEDIATE the counts cannot move under us
                     params.update(
-                        max_running=limits[queue],
-                        window=max(100, 10 * limit),
+                        limited_params(queue, limits[queue], limit - len(jobs)),
                         identity=json.dumps([worker_id, *tags]),
                     )
                     rows = cur.execute(Q["job_fetch_limited"], params).fetchall()
-                    for spend in rate_spending(rows):
+                    spends = rate_spending(rows)
+                    if rows and limits[queue].spend:  # the queue's own bucket
+                        spends.append(
+                            {**limits[queue].spend, "key": f"queue={queue}", "taken": len(rows)}
+                        )
+                    for spend in spends:
                         cur.execute(Q["rate_spend"], {**spend, "now": ts})
                 else:
                     rows = cur.execute(Q["job_fetch_available"], params).fetchall()
@@ -431,6 +435,25 @@ class SQLiteBackend(SharedSqlBackend):
             QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"]), r["max_running"])
             for r in rows
         ]
+
+    def queue_set_rate(
+        self,
+        *,
+        name: str,
+        rate_per_s: float | None,
+        rate_burst: float | None,
+        now: datetime | None = None,
+    ) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                Q["queue_set_rate"],
+                {
+                    "name": name,
+                    "rate_per_s": rate_per_s,
+                    "rate_burst": rate_burst,
+                    "now": _epoch(now),
+                },
+            )
 
     def queue_set_limit(
         self, *, name: str, max_running: int | None, now: datetime | None = None

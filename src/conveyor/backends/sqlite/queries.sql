@@ -351,7 +351,7 @@ DELETE FROM conveyor_jobs WHERE id IN (SELECT value FROM json_each(:ids))
 DELETE FROM conveyor_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
 
 -- name: queue_limits
-SELECT name, max_running, keyed FROM conveyor_queues
+SELECT name, max_running, keyed, rate_per_s, rate_burst FROM conveyor_queues
 WHERE name IN (SELECT value FROM json_each(:queues))
 
 -- name: queue_set_limit
@@ -400,10 +400,15 @@ WITH cand AS (
     FROM (SELECT rate_key, max(rate_per_s) AS rate, max(rate_burst) AS burst FROM cand
           WHERE rate_key IS NOT NULL GROUP BY rate_key) k
     LEFT JOIN conveyor_rate_limits b ON b.key = k.rate_key
+), queue_tokens AS (  -- the queue's own rate limit, if it has one
+    SELECT CAST(min(:queue_burst, coalesce(b.tokens + (:now - b.updated_at) * :queue_rate,
+                                           :queue_burst)) AS INTEGER) AS n
+    FROM (SELECT 1) LEFT JOIN conveyor_rate_limits b ON b.key = 'queue=' || :queue
+    WHERE :queue_rate IS NOT NULL
 ), room AS (
     SELECT max(0, min(:limit, coalesce(:max_running - (
         SELECT count(*) FROM conveyor_jobs WHERE queue = :queue AND state = 'running'),
-        :limit))) AS n
+        :limit), coalesce((SELECT n FROM queue_tokens), :limit))) AS n
 ), picked AS (
     SELECT r.id FROM ranked r
     LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
@@ -431,3 +436,9 @@ ON CONFLICT (key) DO UPDATE
 SET tokens = min(:burst, conveyor_rate_limits.tokens
                  + (excluded.updated_at - conveyor_rate_limits.updated_at) * :rate) - :taken,
     updated_at = excluded.updated_at
+
+-- name: queue_set_rate
+INSERT INTO conveyor_queues (name, rate_per_s, rate_burst, updated_at)
+VALUES (:name, :rate_per_s, :rate_burst, :now)
+ON CONFLICT (name) DO UPDATE SET rate_per_s = excluded.rate_per_s,
+    rate_burst = excluded.rate_burst, updated_at = excluded.updated_at
