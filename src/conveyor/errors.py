@@ -44,7 +44,3 @@ class Permanent(Exception):
 
 class JobTimeout(TimeoutError):
     """A handler ran longer than its task's ``timeout``."""
-
-
-class LeaseLost(ConveyorError):
-    """The worker no longer holds the lease of a job it was running."""

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from ..errors import SchemaError
 from ..job import Attempt, Job, JobState
-from .base import BatchRecord, Inserted, JobInsert
+from .base import BatchRecord, Heartbeat, Inserted, JobInsert
 from .sqlfiles import Migration
 
 KeyPair = tuple[str | None, str | None]
@@ -237,3 +237,12 @@ def limited_params(queue: str, limits: QueueLimits, limit: int) -> dict[str, Any
         "queue_rate": limits.rate_per_s,
         "queue_burst": limits.rate_burst,
     }
+
+
+def heartbeat_result(worker_row: dict[str, Any], lease_rows: Sequence[dict[str, Any]]) -> Heartbeat:
+    """What a heartbeat learned: leases still held, cancels requested, stop asked."""
+    return Heartbeat(
+        held=[r["id"] for r in lease_rows],
+        cancel=[r["id"] for r in lease_rows if r["cancel_requested"]],
+        stop=bool(worker_row["stop_requested"]),
+    )

@@ -124,7 +124,6 @@ class Running:
 @dataclass
 class WorkerStats:
     counts: Counter[str] = field(default_factory=Counter)
-    started: float = field(default_factory=time.monotonic)
 
 
 class Worker:
@@ -187,7 +186,6 @@ class Worker:
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._slot_need = 1
-        self._stop_event = asyncio.Event()
         self._flow_wake = asyncio.Event()
         self._hb_wake = asyncio.Event()
         self._hard_event = asyncio.Event()
@@ -276,7 +274,6 @@ class Worker:
             log.info("worker %s: second stop request, releasing running jobs now", self.id)
         self._stopping = True
         self._stop_requested.set()
-        self._stop_event.set()
         self._wake.set()
         self._slot_freed.set()
 

@@ -38,6 +38,7 @@ from ..common import (
     attempt_from_row,
     batch_from_row,
     check_schema,
+    heartbeat_result,
     insert_resolving,
     job_from_row,
     limited_params,
@@ -510,11 +511,7 @@ class PostgresBackend(SharedSqlBackend):
             if leases
             else []
         )
-        return Heartbeat(
-            held=[r["id"] for r in rows],
-            cancel=[r["id"] for r in rows if r["cancel_requested"]],
-            stop=bool(me["stop_requested"]),
-        )
+        return heartbeat_result(me, rows)
 
     def worker_request_stop(self, *, worker_id: str) -> bool:
         return bool(self._run("worker_request_stop", {"id": worker_id, "channel": CHANNEL}))

@@ -33,6 +33,7 @@ from ..common import (
     attempt_from_row,
     batch_from_row,
     check_schema,
+    heartbeat_result,
     insert_resolving,
     job_from_row,
     limited_params,
@@ -408,11 +409,7 @@ class SQLiteBackend(SharedSqlBackend):
                 if leases
                 else []
             )
-        return Heartbeat(
-            held=[r["id"] for r in rows],
-            cancel=[r["id"] for r in rows if r["cancel_requested"]],
-            stop=bool(me["stop_requested"]),
-        )
+        return heartbeat_result(me, rows)
 
     def worker_request_stop(self, *, worker_id: str) -> bool:
         with self._tx() as cur:
