@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test bench lint check clean
+.PHONY: help install demo test bench lint types check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-9s %s\n", $$1, $$2}'
@@ -32,7 +32,10 @@ lint: install ## ruff lint and format check
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
-check: lint test ## what CI runs
+types: install ## mypy, strict, on src/conveyor
+	$(VENV)/bin/mypy
+
+check: lint types ## lint and types (CI runs this, then make test)
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info

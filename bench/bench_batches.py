@@ -249,15 +249,13 @@ def finalize_probe(app, task, running: int, chunk: int, calls: int) -> dict:
     prepares a statement on its 6th execution and PostgreSQL may switch a prepared
     statement to its generic plan after 5 more, so calls 1-10 and 11+ are reported
     apart. The jobs still claimed at the end are finished (untimed)."""
-    from conveyor.runtime.executor import Outcome, classify
+    from conveyor.runtime.executor import Run, classify
 
     def claim(k: int) -> list:
-        return app.backend.job_fetch_available(
-            queues=[QUEUE], worker_id="bench-probe", limit=k, lease_s=300
-        )
+        return app.backend.job_claim(queues=[QUEUE], worker_id="bench-probe", limit=k)
 
     def write(jobs: list) -> None:
-        outcomes = [classify(task, j, Outcome()) for j in jobs]
+        outcomes = [classify(task, j, Run()) for j in jobs]
         written = app.backend.job_finalize_many(worker_id="bench-probe", outcomes=outcomes)
         assert len(written) == len(outcomes), (len(written), len(outcomes))
 

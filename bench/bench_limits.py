@@ -26,7 +26,7 @@ Rate limits are not implemented in Conveyor yet, so there is no rate-limit
 configuration (and no such column in the report).
 
 Where the time goes: inside the worker process the backend's
-``job_fetch_available`` and ``job_finalize_many`` are wrapped (on the instance,
+``job_claim`` and ``job_finalize_many`` are wrapped (on the instance,
 not in src/) to count calls, empty claims, jobs per claim and time spent. A
 sampler in the parent process (``--sample-s``, 0.1 s; 0 turns it off) reads the
 running counts from the database (in the queue, and the largest per key) to check
@@ -179,7 +179,7 @@ async def worker_main(args) -> None:
             worker.stop()
 
     app, _ = make_app(args.backend, args.config, handle)
-    fetch = Meter(app.backend, "job_fetch_available", lambda a, k, out: len(out))
+    fetch = Meter(app.backend, "job_claim", lambda a, k, out: len(out))
     final = Meter(app.backend, "job_finalize_many", lambda a, k, out: len(k.get("outcomes", ())))
     worker = Worker(app, queues=[QUEUE], concurrency=args.concurrency, fetch_batch=args.fetch_batch)
 
@@ -355,7 +355,7 @@ def drain(backend: str, config: str, args, base: dict) -> dict:
 
 # -- the PostgreSQL claim plan -------------------------------------------------------------
 def plan_summary(lines: list[str]) -> dict:
-    """The parts of a job_fetch_limited plan that matter: the candidate scan (locks
+    """The parts of a job_claim_limited plan that matter: the candidate scan (locks
     ``window`` rows), the join of the ranked candidates with the running counts per
     key, and the execution time."""
     out: dict = {}
@@ -378,13 +378,13 @@ def plan_summary(lines: list[str]) -> dict:
 
 
 def claim_plan(args, base: dict) -> dict:
-    """EXPLAIN (ANALYZE, BUFFERS) of the backend's own job_fetch_limited text in the
+    """EXPLAIN (ANALYZE, BUFFERS) of the backend's own job_claim_limited text in the
     keys1000 setting, halfway: ``--n`` jobs over 1,000 keys enqueued, half of them
     claimed and finished through the backend, 100 held running (as a worker would),
     then the claim of 100 explained (window max(100, 10 x 100)) and rolled back:
     without statistics (as in the drain, on a fresh database) and after ANALYZE."""
     from conveyor.backends.postgres.backend import Q as PG_QUERIES
-    from conveyor.runtime.executor import Outcome, classify
+    from conveyor.runtime.executor import Run, classify
 
     fresh("postgres")
     app, task = make_app("postgres", "keys1000")
@@ -398,28 +398,30 @@ def claim_plan(args, base: dict) -> dict:
         backend, done = app.backend, 0
 
         def claim(k: int) -> list:
-            return backend.job_fetch_available(
-                queues=[QUEUE], worker_id="bench-plan", limit=k, lease_s=300
-            )
+            return backend.job_claim(queues=[QUEUE], worker_id="bench-plan", limit=k)
 
         while done < args.n // 2:
             jobs = claim(args.fetch_batch)
             if not jobs:
                 break
-            outcomes = [classify(task, j, Outcome()) for j in jobs]
+            outcomes = [classify(task, j, Run()) for j in jobs]
             backend.job_finalize_many(worker_id="bench-plan", outcomes=outcomes)
             done += len(jobs)
         held = len(claim(args.fetch_batch))
-        query = PG_QUERIES["job_fetch_limited"]
+        query = PG_QUERIES["job_claim_limited"]
         params = {
             "now": None,
             "queue": QUEUE,
             "worker_id": "bench-plan",
-            "lease_s": 30.0,
+            "lease_s": None,
             "limit": args.fetch_batch,
             "max_running": None,
             "window": max(100, 10 * args.fetch_batch),  # as the backend passes it
             "identity": ["bench-plan"],
+            "tasks": None,
+            "schema_version": 10**6,
+            "queue_rate": None,
+            "queue_burst": None,
         }
         with psycopg.connect(f"{PG_BASE}/{PG_DB}", options=CONVEYOR_SESSION) as conn:
             cur = psycopg.ClientCursor(conn)

@@ -1,13 +1,17 @@
 """Conveyor: a durable task queue and batch-job engine on SQLite or PostgreSQL."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from .app import Conveyor
 from .batch import Batch
 from .cron import Periodic
 from .errors import (
     BadArguments,
     ConfigError,
+    Conflict,
     ConveyorError,
     DatabaseUnavailable,
+    JobFailed,
     JobNotFound,
     JobTimeout,
     Permanent,
@@ -16,7 +20,9 @@ from .errors import (
     UnknownTask,
 )
 from .flow import Chain, ChainFailed, NextStage, Snooze, Step
-from .job import Attempt, Job, JobState
+from .hooks import Fail, Middleware, Retry
+from .job import Attempt, Job
+from .records import BatchState, BulkResult, JobFilter, JobRecord, JobState, Outcome
 from .retry import Backoff
 from .runtime.context import cancel_requested, current_job
 from .task import Task
@@ -26,19 +32,29 @@ __all__ = [
     "Backoff",
     "BadArguments",
     "Batch",
+    "BatchState",
+    "BulkResult",
     "Chain",
     "ChainFailed",
     "ConfigError",
+    "Conflict",
     "Conveyor",
     "ConveyorError",
     "DatabaseUnavailable",
+    "Fail",
     "Job",
+    "JobFailed",
+    "JobFilter",
     "JobNotFound",
+    "JobRecord",
     "JobState",
     "JobTimeout",
+    "Middleware",
     "NextStage",
+    "Outcome",
     "Periodic",
     "Permanent",
+    "Retry",
     "SchemaError",
     "SerializationError",
     "Snooze",
@@ -50,7 +66,10 @@ __all__ = [
     "current_job",
 ]
 
-__version__ = "0.2.0"
+try:  # one source of truth: the package's metadata (pyproject.toml)
+    __version__ = version("conveyor")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"
 
 
 def chain(*steps: Step | Task, conn: object = None) -> Chain:

@@ -1,32 +1,57 @@
-"""The façade producers, workers, the CLI and the HTTP API all go through."""
+"""The façade: the one door producers, workers, the CLI, the server, the
+dashboard and integrations go through. Nothing outside this module and the
+backends touches a backend."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
 from .backends import open_backend
-from .backends.base import Backend, JobInsert, QueueCount, QueueInfo
+from .backends.interfaces import Backend
 from .batch import Batch
 from .cron import Periodic
 from .errors import ConfigError, JobNotFound, SchemaError
 from .flow import Chain, Step, start_chain
-from .job import Job, JobState
+from .hooks import Middleware, run_enqueue_hooks
+from .job import Job
+from .records import (
+    Attempt,
+    BatchState,
+    BulkResult,
+    JobFilter,
+    JobInsert,
+    JobRecord,
+    JobState,
+    QueueCount,
+    QueueInfo,
+    WorkerInfo,
+)
 from .retry import Backoff
-from .task import Task, TaskDefaults
+from .task import Task, TaskDefaults, check_queue_name
+from .waiter import ChangeWaiter
+
+log = logging.getLogger("conveyor")
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 DAY = 86400.0
 DEFAULT_RETENTION: dict[str, float | None] = {
-    "succeeded": 7 * DAY,
-    "failed": 30 * DAY,
-    "cancelled": 7 * DAY,
+    JobState.SUCCEEDED: 7 * DAY,
+    JobState.FAILED: 30 * DAY,
+    JobState.CANCELLED: 7 * DAY,
 }
+MAX_INT32 = 2**31 - 1
+MAX_RETENTION_S = 100 * 365 * DAY
+#: rows a bulk action changes per transaction
+BULK_CHUNK = 500
 
 
 class Conveyor:
@@ -46,8 +71,10 @@ class Conveyor:
         priority_aging_s: float | None = 60.0,
         priority_max_boost: int = 10,
         retention: dict[str, float | None] | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self.url = url or os.environ.get("CONVEYOR_DATABASE_URL") or DEFAULT_URL
+        check_queue_name(default_queue)
         self.default_queue = default_queue
         self.auto_migrate = auto_migrate
         self.max_payload_bytes = max_payload_bytes
@@ -62,8 +89,13 @@ class Conveyor:
         self.tasks: dict[str, Task] = {}
         #: periodic (cron) schedules by name; every worker enqueues their ticks
         self.periodics: dict[str, Periodic] = {}
+        self.middleware: list[Middleware] = []
+        for m in middleware:
+            self.add_middleware(m)
+        self._remote: dict[str, Task] = {}
         self._backend: Backend | None = None
         self._lock = threading.Lock()
+        self._waiter = ChangeWaiter(lambda: self.backend)
 
     def __repr__(self) -> str:
         return f"<Conveyor {self.url} tasks={sorted(self.tasks)}>"
@@ -71,6 +103,8 @@ class Conveyor:
     # -- database --------------------------------------------------------------------
     @property
     def backend(self) -> Backend:
+        """The database seam. For the façade's own use and the runtime's; clients
+        (CLI, server, integrations) call the façade's methods instead."""
         if self._backend is None:
             with self._lock:
                 if self._backend is None:
@@ -110,7 +144,13 @@ class Conveyor:
             self._backend = backend
             return applied
 
+    def schema_version(self) -> tuple[int, int]:
+        """(the database's schema version, the newest this code knows)."""
+        return self.backend.schema_version(), self.backend.latest_schema
+
     def close(self) -> None:
+        self._waiter.close()
+        self._waiter = ChangeWaiter(lambda: self.backend)
         if self._backend is not None:
             self._backend.close()
             self._backend = None
@@ -136,15 +176,17 @@ class Conveyor:
         timeout: float | None = None,
         backoff: Backoff | dict[str, float] | None = None,
         retry_on: Sequence[type[BaseException]] = (Exception,),
+        classify: Callable[..., Any] | None = None,
         concurrency_key: str | Callable[..., str] | None = None,
         concurrency_limit: int | None = None,
         rate_limit: str | None = None,
         rate_burst: float | None = None,
         rate_key: str | Callable[..., str] | None = None,
         pinned_to: Sequence[str] | str | None = None,
+        tenant_key: str | Callable[..., str] | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
-    def task(
+    def task(  # type: ignore[misc]  # mypy misjudges a defaulted positional-only fn here
         self,
         fn: Callable[..., Any] | None = None,
         /,
@@ -156,17 +198,21 @@ class Conveyor:
         timeout: float | None = None,
         backoff: Backoff | dict[str, float] | None = None,
         retry_on: Sequence[type[BaseException]] = (Exception,),
+        classify: Callable[..., Any] | None = None,
         concurrency_key: str | Callable[..., str] | None = None,
         concurrency_limit: int | None = None,
         rate_limit: str | None = None,
         rate_burst: float | None = None,
         rate_key: str | Callable[..., str] | None = None,
         pinned_to: Sequence[str] | str | None = None,
+        tenant_key: str | Callable[..., str] | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
 
         ``retry_on``: exceptions that are retried; any other exception, or
-        ``conveyor.Permanent``, fails the job at once.
+        ``conveyor.Permanent``, fails the job at once. ``classify(exc, job)`` may
+        decide otherwise per exception: ``conveyor.Retry(delay=, max_attempts=)``,
+        ``conveyor.Fail()``, ``conveyor.Snooze(s)`` or ``None`` (the default rule).
         ``concurrency_key`` + ``concurrency_limit``: at most that many jobs with the
         same key run at once across the cluster. The key is the name of one of the
         handler's parameters (the key is then ``"<name>=<value>"``, shared by every
@@ -177,6 +223,8 @@ class Conveyor:
         a callable. Jobs over the limit wait, without using attempts.
         ``pinned_to``: worker ids or tags (``conveyor worker --tags gpu``); only a
         worker with one of them runs these jobs (also a ``send()`` option).
+        ``tenant_key``: a parameter (or callable) whose value is stored as the job's
+        tenant, to filter jobs by user or customer.
         """
         defaults = TaskDefaults(
             queue=queue or self.default_queue,
@@ -185,6 +233,7 @@ class Conveyor:
             timeout=timeout,
             backoff=Backoff.coerce(backoff) or Backoff(),
             retry_on=tuple(retry_on),
+            classify=classify,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
             rate_limit=rate_limit,
@@ -193,6 +242,7 @@ class Conveyor:
             pinned_to=(pinned_to,)
             if isinstance(pinned_to, str)
             else (tuple(pinned_to) if pinned_to is not None else None),
+            tenant_key=tenant_key,
         )
 
         def register(f: Callable[..., Any]) -> Task:
@@ -203,7 +253,8 @@ class Conveyor:
                 other = self.tasks[task_name].fn
                 raise ConfigError(
                     f"task name {task_name!r} is already registered by "
-                    f"{other.__module__}.{other.__qualname__}; pass name= to tell them apart"
+                    f"{getattr(other, '__module__', '?')}.{getattr(other, '__qualname__', '?')}; "
+                    "pass name= to tell them apart"
                 )
             t = Task(self, f, task_name, defaults)
             self.tasks[task_name] = t
@@ -280,6 +331,14 @@ class Conveyor:
 
         return register
 
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Hook ``middleware`` into enqueue and execution (see ``conveyor.hooks``)."""
+        if not isinstance(middleware, Middleware):
+            raise ConfigError(
+                f"middleware must subclass conveyor.Middleware, got {type(middleware).__name__}"
+            )
+        self.middleware.append(middleware)
+
     # -- producing -------------------------------------------------------------------
     def insert_jobs(
         self,
@@ -290,14 +349,20 @@ class Conveyor:
     ) -> list[Job]:
         """Write prepared jobs; returns handles in input order. ``payloads`` are the
         (args, kwargs) the inserts were encoded from, reused for the handles. Jobs
-        whose key named an existing job come back as that job, read fresh."""
+        whose key named an existing job come back as that job, read fresh, with
+        ``created=False``."""
+        if self.middleware:
+            changed = run_enqueue_hooks(self.middleware, list(inserts))
+            if len(changed) != len(inserts):
+                raise ConfigError("an on_enqueue hook must return one job per job it was given")
+            inserts = changed
         now = datetime.now(UTC)
         results = self.backend.job_insert_many(jobs=inserts, conn=conn)
         jobs = []
         for n, (ins, res) in enumerate(zip(inserts, results, strict=True)):
             existing = None if res.created else self.backend.job_get(job_id=res.id)
             if existing is not None:
-                jobs.append(existing.bind(self))
+                jobs.append(Job.of(existing, self, created=False))
                 continue
             if payloads is not None:
                 args, kwargs = payloads[n]
@@ -305,52 +370,254 @@ class Conveyor:
                 decoded = json.loads(ins.args_json)
                 args, kwargs = decoded["args"], decoded["kwargs"]
             jobs.append(_local_job(self, res.id, ins, list(args), dict(kwargs), now))
+        for m in self.middleware:
+            m.on_enqueued(jobs)
         return jobs
+
+    def task_for(self, name: str) -> Task:
+        """The task named ``name``: the registered one, else a stand-in with default
+        options for a task this process has no handler for (remote workers, or
+        another app's workers, run it)."""
+        task = self.tasks.get(name)
+        if task is not None:
+            return task
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise ConfigError(
+                f"a task name is a non-empty string of at most 200 characters, got {name!r}"
+            )
+        remote = self._remote.get(name)
+        if remote is None:
+            remote = Task(self, None, name, TaskDefaults(queue=self.default_queue))
+            self._remote[name] = remote
+        return remote
 
     def enqueue(
         self,
         task: str,
         args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue by task name (the CLI and HTTP API use this)."""
-        t = self.tasks.get(task)
-        if t is None:
-            known = ", ".join(sorted(self.tasks)) or "none"
-            raise ConfigError(f"unknown task {task!r}; tasks registered on this app: {known}")
+        """Enqueue one job by task name (the CLI and the HTTP API use this). A task
+        with no handler here is enqueued with default options; its arguments are
+        checked against the handler only when it is registered. Options are those
+        of ``send()``, plus ``tenant``."""
         conn = options.pop("conn", None)
-        return self.insert_jobs([t.build(args, kwargs or {}, **options)], conn=conn)[0]
+        insert = self.task_for(task).build(args, kwargs or {}, **options)
+        return self.insert_jobs([insert], conn=conn, payloads=[(args, kwargs or {})])[0]
 
-    # -- inspecting and operating -------------------------------------------------------
+    def enqueue_many(
+        self,
+        task: str,
+        items: Iterable[Sequence[Any] | Mapping[str, Any]],
+        **options: Any,
+    ) -> list[Job]:
+        """Many jobs of one task by name, in one transaction (see ``Task.send_many``)."""
+        return self.task_for(task).send_many(items, **options)
+
+    async def aenqueue(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Job:
+        return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
+
+    # -- jobs --------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job:
-        job = self.backend.job_get(job_id=int(job_id))
-        if job is None:
+        record = self.backend.job_get(job_id=_id(job_id, "job"))
+        if record is None:
             raise JobNotFound(f"no job with id {job_id}")
-        return job.bind(self)
+        return Job.of(record, self)
+
+    async def aget_job(self, job_id: int) -> Job:
+        return await asyncio.to_thread(self.get_job, job_id)
 
     def list_jobs(
         self,
+        filter: JobFilter | None = None,
         *,
-        queue: str | None = None,
-        state: str | None = None,
-        task: str | None = None,
         limit: int = 50,
         before_id: int | None = None,
+        **fields: Any,
     ) -> list[Job]:
-        if state is not None:
-            try:
-                state = JobState(state).value
-            except ValueError:
-                names = ", ".join(s.value for s in JobState)
-                raise ConfigError(f"unknown job state {state!r}; states are: {names}") from None
-        jobs = self.backend.job_list(
-            queue=queue, state=state, task=task, limit=limit, before_id=before_id
-        )
-        return [j.bind(self) for j in jobs]
+        """Jobs matching ``filter`` (or the same fields as keywords: ``state=``,
+        ``queue=``, ``task=`` are accepted as singular aliases), newest first.
+        ``before_id``: the last id of the previous page."""
+        f = make_filter(filter, **fields)
+        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ConfigError(f"limit must be an integer from 1 to 10000, got {limit!r}")
+        records = self.backend.job_list(filter=f, limit=limit, before_id=before_id)
+        return [Job.of(r, self) for r in records]
 
+    async def alist_jobs(
+        self,
+        filter: JobFilter | None = None,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        **fields: Any,
+    ) -> list[Job]:
+        return await asyncio.to_thread(
+            self.list_jobs, filter, limit=limit, before_id=before_id, **fields
+        )
+
+    def count_jobs(self, filter: JobFilter | None = None, **fields: Any) -> dict[str, int]:
+        """How many jobs match, per state."""
+        return self.backend.job_count(filter=make_filter(filter, **fields))
+
+    def job_attempts(self, job_id: int) -> list[Attempt]:
+        """Every recorded attempt of the job, oldest first."""
+        return self.backend.job_attempts(job_id=_id(job_id, "job"))
+
+    def wait_job(self, job_id: int, timeout: float | None = None) -> Job:
+        """Block until the job is finished; return it. ``TimeoutError`` after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            generation = self._waiter.generation
+            job = self.get_job(job_id)
+            if job.state.finished:
+                return job
+            remaining = 3600.0 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"job {job_id} still {job.state} after {timeout}s")
+            self._waiter.wait(generation, remaining)
+
+    async def await_job(self, job_id: int, timeout: float | None = None) -> Job:
+        """``wait_job`` for async code: never blocks the event loop."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            generation = self._waiter.generation
+            job = await self.aget_job(job_id)
+            if job.state.finished:
+                return job
+            remaining = 3600.0 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"job {job_id} still {job.state} after {timeout}s")
+            await self._waiter.await_change(generation, remaining)
+
+    async def await_result(self, job_id: int, timeout: float | None = None) -> Any:
+        """The job's result once it succeeds; ``JobFailed`` if it failed or was cancelled."""
+        return (await self.await_job(job_id, timeout)).result_or_raise()
+
+    def wait_for_change(self, generation: int, timeout: float) -> None:
+        """Block until the database hints at a change after ``generation``
+        (``change_generation()``), at most ``timeout`` (and at most a second)."""
+        self._waiter.wait(generation, timeout)
+
+    def change_generation(self) -> int:
+        return self._waiter.generation
+
+    # -- operator actions on jobs --------------------------------------------------------
+    def retry_job(self, job_id: int) -> bool:
+        """A failed or cancelled job runs again (one more attempt allowed). False if
+        the job is in any other state."""
+        f = JobFilter(ids=(_id(job_id, "job"),))
+        return bool(self.backend.job_retry_many(filter=f, limit=1))
+
+    def cancel_job(self, job_id: int) -> str | None:
+        """Cancel a job wherever it is: ``"cancelled"`` if it had not started,
+        ``"requested"`` if it is running (its worker cancels it at its next
+        heartbeat), ``None`` if it had already finished."""
+        f = JobFilter(ids=(_id(job_id, "job"),))
+        for _ in range(5):  # the job may move between the two checks: look again
+            cancelled, requested = self.backend.job_cancel_many(filter=f, limit=1)
+            if cancelled:
+                return "cancelled"
+            if requested:
+                return "requested"
+            job = self.get_job(job_id)
+            if job.state.finished:
+                return None
+            if job.state == JobState.RUNNING and job.cancel_requested:
+                return "requested"
+        return None
+
+    def delete_job(self, job_id: int) -> bool:
+        """Delete a job that is not running, with its attempts. False if it runs."""
+        self.get_job(job_id)  # a missing id is an error of its own
+        f = JobFilter(ids=(_id(job_id, "job"),))
+        return bool(self.backend.job_delete_many(filter=f, limit=1))
+
+    def retry_jobs(
+        self,
+        filter: JobFilter | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+        **fields: Any,
+    ) -> BulkResult:
+        """Retry every failed or cancelled job matching the filter, in transactions
+        of 500. ``dry_run`` only counts. ``progress(done)`` after each slice."""
+        f = make_filter(filter, **fields)
+        retryable = (JobState.FAILED, JobState.CANCELLED)
+        matched = _matching(self.count_jobs(f), retryable)
+        if dry_run:
+            return BulkResult("retry", f, matched, dry_run=True)
+        done = 0
+        while True:
+            ids = self.backend.job_retry_many(filter=f, limit=BULK_CHUNK)
+            done += len(ids)
+            if progress:
+                progress(done)
+            if len(ids) < BULK_CHUNK:
+                break
+        return BulkResult("retry", f, matched, done)
+
+    def cancel_jobs(
+        self,
+        filter: JobFilter | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+        **fields: Any,
+    ) -> BulkResult:
+        """Cancel every unfinished job matching the filter: waiting ones now, running
+        ones at their worker's next heartbeat."""
+        f = make_filter(filter, **fields)
+        active = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING)
+        matched = _matching(self.count_jobs(f), active)
+        if dry_run:
+            return BulkResult("cancel", f, matched, dry_run=True)
+        done = requested = 0
+        while True:
+            cancelled, flagged = self.backend.job_cancel_many(filter=f, limit=BULK_CHUNK)
+            done += len(cancelled)
+            requested += len(flagged)
+            if progress:
+                progress(done + requested)
+            if len(cancelled) + len(flagged) < BULK_CHUNK:
+                break
+        return BulkResult("cancel", f, matched, done, requested)
+
+    def delete_jobs(
+        self,
+        filter: JobFilter | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+        **fields: Any,
+    ) -> BulkResult:
+        """Delete every job matching the filter that is not running, with its attempts."""
+        f = make_filter(filter, **fields)
+        deletable = tuple(s for s in JobState if s != JobState.RUNNING)
+        matched = _matching(self.count_jobs(f), deletable)
+        if dry_run:
+            return BulkResult("delete", f, matched, dry_run=True)
+        done = 0
+        while True:
+            ids = self.backend.job_delete_many(filter=f, limit=BULK_CHUNK)
+            done += len(ids)
+            if progress:
+                progress(done)
+            if len(ids) < BULK_CHUNK:
+                break
+        return BulkResult("delete", f, matched, done)
+
+    # -- batches and chains ----------------------------------------------------------------
     def get_batch(self, batch_id: int) -> Batch:
-        record = self.backend.batch_get(batch_id=int(batch_id))
+        record = self.backend.batch_get(batch_id=_id(batch_id, "batch"))
         if record is None:
             raise JobNotFound(f"no batch with id {batch_id}")
         return Batch(record, True, self)
@@ -358,8 +625,65 @@ class Conveyor:
     def list_batches(
         self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
     ) -> list[Batch]:
+        if state is not None:
+            try:
+                BatchState(state)
+            except ValueError:
+                names = ", ".join(s.value for s in BatchState)
+                raise ConfigError(f"unknown batch state {state!r}; states are: {names}") from None
         records = self.backend.batch_list(state=state, limit=limit, before_id=before_id)
         return [Batch(r, True, self) for r in records]
+
+    def create_batch(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+        jobs: Sequence[JobInsert],
+        conn: Any = None,
+    ) -> tuple[int, bool]:
+        """The batch row and its jobs in one transaction (``Task.batch`` builds them)."""
+        if self.middleware:
+            jobs = run_enqueue_hooks(self.middleware, list(jobs))
+        return self.backend.batch_create(
+            name=name,
+            task=task,
+            idempotency_key=idempotency_key,
+            on_complete_json=on_complete_json,
+            jobs=jobs,
+            conn=conn,
+        )
+
+    def batch_progress(self, batch_id: int) -> dict[str, int]:
+        """Jobs of the batch per state (one GROUP BY over its index)."""
+        return self.backend.batch_progress(batch_id=_id(batch_id, "batch"))
+
+    def batch_jobs(self, batch_id: int) -> list[Job]:
+        """Every job of the batch, in item order."""
+        return [Job.of(r, self) for r in self.backend.batch_jobs(batch_id=_id(batch_id, "batch"))]
+
+    def batch_finished_jobs(
+        self, batch_id: int, *, after: tuple[datetime, int] | None = None, limit: int = 500
+    ) -> list[Job]:
+        """Finished jobs of the batch by (finished_at, id), after the cursor ``after``."""
+        records = self.backend.batch_finished_jobs(
+            batch_id=_id(batch_id, "batch"), after=after, limit=limit
+        )
+        return [Job.of(r, self) for r in records]
+
+    def cancel_batch(self, batch_id: int) -> int:
+        """Cancel the batch's jobs not started yet; it closes as cancelled."""
+        return self.backend.batch_cancel(batch_id=_id(batch_id, "batch"))
+
+    def retry_batch_failed(self, batch_id: int) -> int:
+        """One more attempt for each failed job of the batch; it reopens."""
+        return self.backend.batch_retry_failed(batch_id=_id(batch_id, "batch"))
+
+    def append_to_chain(self, job_id: int, steps_json: str) -> bool:
+        """Add steps after a chain's last job; False if it was advanced meanwhile."""
+        return self.backend.job_chain_append(job_id=_id(job_id, "job"), steps_json=steps_json)
 
     def chain(self, *steps: Step | Task, conn: Any = None) -> Chain:
         """Run steps one after another, each receiving the previous result."""
@@ -368,26 +692,42 @@ class Conveyor:
     def get_chain(self, chain_id: int) -> Chain:
         return Chain(self, int(chain_id))
 
-    def retry_job(self, job_id: int) -> bool:
-        return self.backend.job_retry(job_id=int(job_id))
+    # -- queues --------------------------------------------------------------------------
+    def queues(self) -> list[QueueInfo]:
+        """Every queue that has jobs or settings, with its counts per state."""
+        return self.backend.queue_list()
 
-    def cancel_job(self, job_id: int) -> str | None:
-        """Cancel a job wherever it is: ``"cancelled"`` if it had not started,
-        ``"requested"`` if it is running (its worker cancels it at its next
-        heartbeat), ``None`` if it had already finished."""
-        for _ in range(5):  # the job may move between the two checks: look again
-            if self.backend.job_cancel(job_id=int(job_id)):
-                return "cancelled"
-            if self.backend.job_request_cancel(job_id=int(job_id)):
-                return "requested"
-            if self.get_job(job_id).state.finished:
-                return None
-        return None
+    def counts(self) -> list[QueueCount]:
+        """Jobs per queue, task and state."""
+        return self.backend.queue_counts()
 
-    def set_queue_limit(self, name: str, max_running: int | None) -> None:
+    def _known_queue(self, name: str, force: bool) -> None:
+        check_queue_name(name)
+        if force:
+            return
+        known = {t.defaults.queue for t in self.tasks.values()} | {self.default_queue}
+        if name in known:
+            return
+        known |= {q.name for q in self.queues()}
+        if name not in known:
+            raise ConfigError(
+                f"no queue named {name!r} (known: {', '.join(sorted(known))}); "
+                "check the name, or pass force=True (--force) to set up a queue before "
+                "it has jobs"
+            )
+
+    def pause_queue(self, name: str, *, force: bool = False) -> None:
+        """No worker claims from a paused queue; running jobs finish."""
+        self._known_queue(name, force)
+        self.backend.queue_set_paused(name=name, paused=True)
+
+    def resume_queue(self, name: str, *, force: bool = False) -> None:
+        self._known_queue(name, force)
+        self.backend.queue_set_paused(name=name, paused=False)
+
+    def set_queue_limit(self, name: str, max_running: int | None, *, force: bool = False) -> None:
         """At most ``max_running`` jobs of queue ``name`` run at once across every
         worker (``None`` removes the limit). Workers apply a change within a second."""
-        _check_queue_name(name)
         if max_running is not None and (
             not isinstance(max_running, int)
             or isinstance(max_running, bool)
@@ -397,17 +737,17 @@ class Conveyor:
                 f"max_running must be an integer from 0 to {MAX_INT32}, or None; "
                 f"got {max_running!r}"
             )
+        self._known_queue(name, force)
         self.backend.queue_set_limit(name=name, max_running=max_running)
 
     def set_queue_rate_limit(
-        self, name: str, rate_limit: str | None, burst: float | None = None
+        self, name: str, rate_limit: str | None, burst: float | None = None, *, force: bool = False
     ) -> None:
         """A token bucket for the whole queue, e.g. ``"100/m"``, shared by every
         worker; ``burst`` tokens at most (default one second's worth, at least 1).
         ``None`` removes it. Workers apply a change within a second."""
         from .task import parse_rate
 
-        _check_queue_name(name)
         rate = None if rate_limit is None else parse_rate(rate_limit)
         if burst is not None and (
             isinstance(burst, bool) or not isinstance(burst, int | float) or burst < 1
@@ -415,47 +755,98 @@ class Conveyor:
             raise ConfigError(f"burst must be a number >= 1, got {burst!r}")
         if rate is not None and burst is None:
             burst = max(1.0, rate)
+        self._known_queue(name, force)
         self.backend.queue_set_rate(
             name=name, rate_per_s=rate, rate_burst=None if rate is None else float(burst or 1)
         )
 
-    def pause_queue(self, name: str) -> None:
-        """No worker claims from a paused queue; running jobs finish."""
-        _check_queue_name(name)
-        self.backend.queue_set_paused(name=name, paused=True)
+    # -- workers -----------------------------------------------------------------------------
+    def workers(self) -> list[WorkerInfo]:
+        """Every registered worker (live or silent), with the jobs it holds."""
+        return self.backend.worker_list()
 
-    def resume_queue(self, name: str) -> None:
-        _check_queue_name(name)
-        self.backend.queue_set_paused(name=name, paused=False)
-
-    def queues(self) -> list[QueueInfo]:
-        return self.backend.queue_list()
+    def get_worker(self, worker_id: str) -> WorkerInfo:
+        found = next((w for w in self.workers() if w.id == worker_id), None)
+        if found is None:
+            raise JobNotFound(f"no worker with id {worker_id!r}")
+        return found
 
     def stop_worker(self, worker_id: str) -> bool:
         """Ask a worker to drain and exit; it learns at its next heartbeat."""
         return self.backend.worker_request_stop(worker_id=worker_id)
 
+    def unserved(self, *, worker_ttl_s: float = 7.0) -> list[QueueCount]:
+        """Waiting jobs that no live worker can run (no live worker takes their
+        queue and task), per queue and task: they wait, visibly, until one does."""
+        now = datetime.now(UTC)
+        live = [
+            w
+            for w in self.workers()
+            if w.last_seen_at is not None and (now - w.last_seen_at).total_seconds() <= worker_ttl_s
+        ]
+        out = []
+        for c in self.counts():
+            if c.state not in (JobState.AVAILABLE, JobState.SCHEDULED) or not c.count:
+                continue
+            if not any(
+                c.queue in w.queues and (w.tasks is None or c.task in w.tasks) for w in live
+            ):
+                out.append(c)
+        return out
+
+    # -- maintenance ---------------------------------------------------------------------
     def prune(
         self, *, dry_run: bool = False, retention: dict[str, float | None] | None = None
     ) -> dict[str, int]:
         """Apply retention now: finished jobs older than their state's retention go,
         in small batches. ``dry_run`` only counts them."""
-        from .runtime.services import Maintenance
-
         keep = {**self.retention, **_check_retention(retention or {})}
-        return Maintenance(self.backend, retention=keep).prune(dry_run=dry_run)
+        pruned: dict[str, int] = {}
+        for state, keep_s in keep.items():
+            if keep_s is None:
+                continue
+            total = 0
+            while True:
+                n = self.backend.job_prune(
+                    state=state, older_than_s=keep_s, limit=500, dry_run=dry_run
+                )
+                total += n
+                if dry_run or n < 500:
+                    break
+            pruned[str(state)] = total
+            if total and not dry_run:
+                log.info("pruned %d %s job(s) older than %gs", total, state, keep_s)
+        return pruned
 
-    def counts(self) -> list[QueueCount]:
-        return self.backend.queue_counts()
+
+# -- helpers -----------------------------------------------------------------------------
+_ALIASES = {"state": "states", "queue": "queues", "task": "tasks", "id": "ids"}
 
 
-MAX_INT32 = 2**31 - 1
-MAX_RETENTION_S = 100 * 365 * DAY
+def make_filter(filter: JobFilter | None = None, **fields: Any) -> JobFilter:
+    """A ``JobFilter`` from one, or from keyword fields (``state="failed"`` and the
+    other singular aliases too); ``None`` values are ignored."""
+    given = {_ALIASES.get(k, k): v for k, v in fields.items() if v is not None}
+    unknown = set(given) - {f.name for f in dataclasses.fields(JobFilter)}
+    if unknown:
+        raise ConfigError(f"unknown job filter field(s) {sorted(unknown)}")
+    if filter is None:
+        return JobFilter(**given)
+    return dataclasses.replace(filter, **given) if given else filter
 
 
-def _check_queue_name(name: str) -> None:
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"a queue name is a non-empty string, got {name!r}")
+def _matching(counts: Mapping[str, int], states: Iterable[str]) -> int:
+    return sum(counts.get(str(s), 0) for s in states)
+
+
+def _id(value: Any, what: str) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"a {what} id is an integer, got {value!r}") from None
+    if isinstance(value, bool) or not 0 < n < 2**63:
+        raise ConfigError(f"a {what} id is a positive integer, got {value!r}")
+    return n
 
 
 def _check_retention(retention: Mapping[str, float | None]) -> dict[str, float | None]:
@@ -475,7 +866,7 @@ def _check_retention(retention: Mapping[str, float | None]) -> dict[str, float |
                 f"retention for {state!r} must be seconds from 0 to 100 years, "
                 f"or None to keep forever; got {keep!r}"
             )
-    return dict(retention)
+    return {JobState(k): v for k, v in retention.items()}
 
 
 def _local_job(
@@ -503,5 +894,11 @@ def _local_job(
         backoff=json.loads(ins.backoff_json) if ins.backoff_json else None,
         unique_key=ins.unique_key,
         idempotency_key=ins.idempotency_key,
+        batch_id=ins.batch_id,
+        tenant=ins.tenant,
+        stage=ins.stage,
         _app=app,
     )
+
+
+__all__ = ["Conveyor", "JobRecord", "make_filter"]

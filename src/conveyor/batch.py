@@ -9,14 +9,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import BatchRecord
 from .job import Job
+from .records import FINISHED_STATES, WAITING_STATES, BatchRecord, BatchState, JobState
 
 if TYPE_CHECKING:
     from .app import Conveyor
-
-PENDING = ("scheduled", "available")
-DONE = ("succeeded", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -38,8 +35,8 @@ class Batch:
         return self.record.name
 
     @property
-    def state(self) -> str:
-        """running | succeeded | completed_with_failures | cancelled"""
+    def state(self) -> BatchState:
+        """running | succeeded | completed_with_failures | cancelled | callback_failed"""
         return self.record.state
 
     @property
@@ -48,7 +45,7 @@ class Batch:
 
     @property
     def finished(self) -> bool:
-        return self.record.state != "running"
+        return self.record.state != BatchState.RUNNING
 
     @property
     def counts(self) -> dict[str, int] | None:
@@ -68,8 +65,8 @@ class Batch:
     def progress(self) -> dict[str, Any]:
         """``{"total", "succeeded", "failed", "cancelled", "running", "pending",
         "percent", "eta_s", "state"}``, from one GROUP BY over the batch's jobs."""
-        counts = self.app.backend.batch_progress(batch_id=self.id)
-        done = sum(counts.get(s, 0) for s in DONE)
+        counts = self.app.batch_progress(self.id)
+        done = sum(counts.get(s, 0) for s in FINISHED_STATES)
         total = self.total
         elapsed = (datetime.now(UTC) - self.record.created_at).total_seconds()
         eta: float | None = None
@@ -79,17 +76,17 @@ class Batch:
             eta = math.ceil((total - done) / (done / elapsed))
         return {
             "total": total,
-            "succeeded": counts.get("succeeded", 0),
-            "failed": counts.get("failed", 0),
-            "cancelled": counts.get("cancelled", 0),
-            "running": counts.get("running", 0),
-            "pending": sum(counts.get(s, 0) for s in PENDING),
+            "succeeded": counts.get(JobState.SUCCEEDED, 0),
+            "failed": counts.get(JobState.FAILED, 0),
+            "cancelled": counts.get(JobState.CANCELLED, 0),
+            "running": counts.get(JobState.RUNNING, 0),
+            "pending": sum(counts.get(s, 0) for s in WAITING_STATES),
             "percent": 100 if total == 0 else math.floor(done * 100 / total),
             "eta_s": eta,
             "state": self.refresh().state,
         }
 
-    def as_completed(self, timeout: float | None = None, poll: float = 0.05) -> Iterator[Job]:
+    def as_completed(self, timeout: float | None = None) -> Iterator[Job]:
         """Each job of the batch as it finishes (succeeded, failed or cancelled),
         before the batch as a whole is done; ends when every job has been seen.
 
@@ -100,17 +97,16 @@ class Batch:
         cursor: tuple[datetime, int] | None = None
         lookback = timedelta(seconds=2)
         while len(seen) < self.total:
+            generation = self.app.change_generation()
             after = (cursor[0] - lookback, 0) if cursor else None
             fresh = 0
             while True:
-                page = self.app.backend.batch_finished_jobs(
-                    batch_id=self.id, after=after, limit=1000
-                )
+                page = self.app.batch_finished_jobs(self.id, after=after, limit=1000)
                 for job in page:
                     if job.id not in seen:
                         seen.add(job.id)
                         fresh += 1
-                        yield job.bind(self.app)
+                        yield job
                 if len(page) < 1000:
                     break
                 after = (page[-1].finished_at or datetime.now(UTC), page[-1].id)
@@ -123,35 +119,36 @@ class Batch:
                     f"batch {self.id}: {len(seen)} of {self.total} jobs finished after {timeout}s"
                 )
             if not fresh:
-                time.sleep(poll)
+                self.app.wait_for_change(generation, 1.0)
 
-    def wait(self, timeout: float | None = None, poll: float = 0.05) -> Batch:
+    def wait(self, timeout: float | None = None) -> Batch:
         """Block until the aggregator has closed the batch; return it fresh."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        batch = self.refresh()
-        while not batch.finished:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"batch {self.id} still running after {timeout}s")
-            time.sleep(poll)
-            poll = min(poll * 1.5, 0.5)
+        while True:
+            generation = self.app.change_generation()
             batch = self.refresh()
-        return batch
+            if batch.finished:
+                return batch
+            remaining = 3600.0 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"batch {self.id} still running after {timeout}s")
+            self.app.wait_for_change(generation, remaining)
 
     def jobs(self) -> list[Job]:
         """Every job of the batch, in the order of the items."""
-        return [j.bind(self.app) for j in self.app.backend.batch_jobs(batch_id=self.id)]
+        return self.app.batch_jobs(self.id)
 
     def results(self) -> list[Any]:
         """Each item's result in item order (``None`` for a job that did not succeed)."""
-        return [j.result if j.state == "succeeded" else None for j in self.jobs()]
+        return [j.result if j.state == JobState.SUCCEEDED else None for j in self.jobs()]
 
     # -- operator actions ------------------------------------------------------------------
     def cancel(self) -> int:
         """Cancel the jobs not started yet (running ones finish); the batch then
         closes as cancelled and its callback does not run. Returns jobs cancelled."""
-        return self.app.backend.batch_cancel(batch_id=self.id)
+        return self.app.cancel_batch(self.id)
 
     def retry_failed(self) -> int:
         """Give each failed job one more attempt and reopen the batch; its callback
         runs again when it closes again. Returns jobs retried."""
-        return self.app.backend.batch_retry_failed(batch_id=self.id)
+        return self.app.retry_batch_failed(self.id)

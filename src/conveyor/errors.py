@@ -32,7 +32,16 @@ class UnknownTask(ConveyorError, LookupError):
 
 
 class JobNotFound(ConveyorError, LookupError):
-    """No job has the given id."""
+    """No job (or batch, worker, queue) has the given id."""
+
+
+class JobFailed(ConveyorError):
+    """A job awaited for its result failed or was cancelled."""
+
+
+class Conflict(ConveyorError):
+    """An action the record's current state does not allow (retrying a running
+    job, completing a job whose lease was lost, ...)."""
 
 
 class Permanent(Exception):

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import JobInsert
 from .errors import ConfigError, ConveyorError
 from .job import Job
+from .records import JobInsert, JobState
 
 if TYPE_CHECKING:
     from .app import Conveyor
@@ -110,7 +110,7 @@ class Chain:
         payload = json.dumps([step.to_dict()])
         for _ in range(20):
             tail = self.jobs()[-1]
-            if self.app.backend.job_chain_append(job_id=tail.id, steps_json=payload):
+            if self.app.append_to_chain(tail.id, payload):
                 return self
         raise ConveyorError(f"chain {self.id} kept moving on while adding a step; try again")
 
@@ -126,16 +126,17 @@ class Chain:
         last = self.jobs()[-1]
         if not last.state.finished:
             return "running", last
-        if last.state != "succeeded":
+        if last.state != JobState.SUCCEEDED:
             return str(last.state), last
         waiting = bool(last.chain) and last.chain_next is None  # the next step is due
         return ("running" if waiting else "succeeded"), last
 
-    def wait(self, timeout: float | None = None, poll: float = 0.05) -> Job:
+    def wait(self, timeout: float | None = None) -> Job:
         """Block until the chain ends; return its last job. Raises ``ChainFailed``
         with the failing step's reason, or ``TimeoutError``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            generation = self.app.change_generation()
             state, last = self.status()
             if state == "succeeded":
                 return last
@@ -144,10 +145,10 @@ class Chain:
                 raise ChainFailed(
                     f"chain {self.id} stopped: step {n} ({last.task}) {state}: {last.error}"
                 )
-            if deadline is not None and time.monotonic() >= deadline:
+            remaining = 3600.0 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
                 raise TimeoutError(f"chain {self.id} still running after {timeout}s")
-            time.sleep(poll)
-            poll = min(poll * 1.5, 0.5)
+            self.app.wait_for_change(generation, remaining)
 
     def result(self, timeout: float | None = None) -> Any:
         return self.wait(timeout).result

@@ -5,23 +5,26 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import JobInsert
 from .errors import BadArguments, ConfigError, SerializationError
-from .job import Job
+from .records import BatchRecord, BatchState, JobInsert
 from .retry import Backoff
 
 if TYPE_CHECKING:
     from .app import Conveyor
     from .batch import Batch
     from .flow import Step
+    from .job import Job
 
-_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+#: a JSON-escaped NUL that is not itself an escaped backslash followed by "u0000"
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 #: Keyword arguments of ``send()`` that configure the job rather than reach the handler.
 SEND_OPTIONS = frozenset(
@@ -36,8 +39,12 @@ SEND_OPTIONS = frozenset(
         "timeout",
         "backoff",
         "pinned_to",
+        "run_at",
     }
 )
+#: options of ``app.enqueue`` (by name) on top of SEND_OPTIONS: names a handler
+#: may use as parameters, so they cannot be ``send()`` keywords
+ENQUEUE_OPTIONS = frozenset({"tenant"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,10 @@ class TaskDefaults:
     rate_key: str | Callable[..., str] | None = None
     #: worker ids or tags, one of which a worker must have to run these jobs
     pinned_to: tuple[str, ...] | None = None
+    #: decides per exception: Retry / Fail / Snooze / None (see conveyor.hooks)
+    classify: Callable[..., Any] | None = None
+    #: a parameter (or callable) whose value is the job's tenant
+    tenant_key: str | Callable[..., str] | None = None
 
     @property
     def rate_per_s(self) -> float | None:
@@ -88,11 +99,22 @@ class TaskDefaults:
         ]
         if bad:
             raise ConfigError(f"retry_on must hold exception classes, got {bad!r}")
+        if self.classify is not None and not callable(self.classify):
+            raise ConfigError(
+                f"classify must be a function (exc, job) -> decision, got {self.classify!r}"
+            )
+
+
+def check_queue_name(name: object) -> None:
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise ConfigError(
+            f"a queue name is a non-empty string of at most 200 characters, got {name!r}"
+        )
 
 
 def _check_options(**opts: Any) -> None:
-    if "queue" in opts and (not isinstance(opts["queue"], str) or not opts["queue"].strip()):
-        raise ConfigError(f"queue must be a non-empty string, got {opts['queue']!r}")
+    if "queue" in opts:
+        check_queue_name(opts["queue"])
     if "priority" in opts and (
         not isinstance(opts["priority"], int) or isinstance(opts["priority"], bool)
     ):
@@ -109,10 +131,20 @@ def _check_options(**opts: Any) -> None:
     delay = opts.get("delay")
     if delay is not None and (not isinstance(delay, int | float) or delay < 0):
         raise ConfigError(f"delay must be a number of seconds >= 0, got {delay!r}")
-    for key in ("unique_key", "idempotency_key"):
+    for key in ("unique_key", "idempotency_key", "tenant"):
         value = opts.get(key)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
+        if value is not None and (not isinstance(value, str) or not value or len(value) > 1000):
+            raise ConfigError(
+                f"{key} must be a non-empty string of at most 1000 characters, got {value!r}"
+            )
+    run_at = opts.get("run_at")
+    if run_at is not None:
+        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
+            raise ConfigError(
+                f"run_at must be a timezone-aware datetime (e.g. datetime.now(UTC)), got {run_at!r}"
+            )
+        if opts.get("delay"):
+            raise ConfigError("pass delay= or run_at=, not both")
 
 
 @dataclass(frozen=True)
@@ -154,11 +186,17 @@ def parse_rate(spec: str) -> float:
 def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
     try:
         text = _ENCODE({"args": list(args), "kwargs": dict(kwargs)})
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
             f"arguments of task {task!r} cannot be stored as JSON ({exc}); pass str, int, float, "
             "bool, None, lists and dicts, or convert the value first. Nothing was enqueued."
         ) from exc
+    if _NUL.search(text) or not _encodable(text):
+        raise SerializationError(
+            f"arguments of task {task!r} contain a NUL character or a lone surrogate, which "
+            "a database cannot store as JSON text; remove it (or encode binary data, e.g. "
+            "as base64). Nothing was enqueued."
+        )
     if len(text) > limit:
         raise SerializationError(
             f"arguments of task {task!r} are {len(text):,} bytes as JSON, over the "
@@ -168,17 +206,35 @@ def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit
     return text
 
 
-class Task:
-    """A registered handler. Call it directly to run it in-process; ``send`` to enqueue."""
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
-    def __init__(self, app: Conveyor, fn: Callable[..., Any], name: str, defaults: TaskDefaults):
+
+def _no_handler(*args: Any, **kwargs: Any) -> Any:
+    raise NotImplementedError("this task has no handler in this process")
+
+
+class Task:
+    """A registered handler. Call it directly to run it in-process; ``send`` to enqueue.
+
+    ``fn=None`` makes a stand-in for a task that has no handler in this process
+    (another app's workers, or remote ones, run it): arguments are not checked."""
+
+    def __init__(
+        self, app: Conveyor, fn: Callable[..., Any] | None, name: str, defaults: TaskDefaults
+    ):
         self.app = app
-        self.fn = fn
+        self.fn = fn if fn is not None else _no_handler
+        self.local = fn is not None
         self.name = name
         self.defaults = defaults
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.signature = inspect.signature(fn)
-        for option in ("concurrency_key", "rate_key"):
+        self.signature = inspect.signature(self.fn)
+        for option in ("concurrency_key", "rate_key", "tenant_key"):
             key = getattr(defaults, option)
             if isinstance(key, str) and key not in self.signature.parameters:
                 params = ", ".join(self.signature.parameters) or "none"
@@ -195,8 +251,8 @@ class Task:
         plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values())
         required = sum(p.default is p.empty for p in self.signature.parameters.values())
         self._arity = (required, len(self.signature.parameters)) if plain else None
-        self.__doc__ = fn.__doc__
-        self.__name__ = getattr(fn, "__name__", name)
+        self.__doc__ = self.fn.__doc__
+        self.__name__ = getattr(self.fn, "__name__", name)
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.defaults.queue}>"
@@ -212,19 +268,23 @@ class Task:
     def template(self, **options: Any) -> JobInsert:
         """The job every call with these options creates, minus its arguments: options
         are checked once per ``send_many``, not once per item."""
-        unknown = set(options) - SEND_OPTIONS - {"conn"}
+        unknown = set(options) - SEND_OPTIONS - ENQUEUE_OPTIONS - {"conn"}
         if unknown:
             raise ConfigError(f"unknown send option(s) {sorted(unknown)} for task {self.name!r}")
         _check_options(**{k: v for k, v in options.items() if v is not None})
         d = self.defaults
         backoff = Backoff.coerce(options.get("backoff"))
+        delay = float(options.get("delay") or 0.0)
+        if options.get("run_at") is not None:
+            delay = max(0.0, (options["run_at"] - datetime.now(UTC)).total_seconds())
         return JobInsert(
             queue=options.get("queue") or d.queue,
             task=self.name,
             args_json="",
             priority=d.priority if options.get("priority") is None else options["priority"],
             max_attempts=options.get("max_attempts") or d.max_attempts,
-            delay_s=float(options.get("delay") or 0.0),
+            delay_s=delay,
+            tenant=options.get("tenant"),
             timeout_s=options.get("timeout") or d.timeout,
             backoff_json=json.dumps(backoff.to_dict()) if backoff else None,
             unique_key=options.get("unique_key"),
@@ -233,8 +293,9 @@ class Task:
         )
 
     def check_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """Raise ``BadArguments`` unless the handler accepts these arguments."""
-        if not self._fits(args, kwargs):
+        """Raise ``BadArguments`` unless the handler accepts these arguments (a task
+        with no handler here accepts any)."""
+        if self.local and not self._fits(args, kwargs):
             try:
                 self.signature.bind(*args, **kwargs)
             except TypeError as exc:
@@ -246,9 +307,11 @@ class Task:
         self.check_args(args, kwargs)
         encoded = encode_args(self.name, args, kwargs, self.app.max_payload_bytes)
         d = self.defaults
-        if d.concurrency_key is None and d.rate_limit is None:
+        if d.concurrency_key is None and d.rate_limit is None and d.tenant_key is None:
             return template._replace(args_json=encoded)
         limits: dict[str, Any] = {}
+        if d.tenant_key is not None and template.tenant is None:
+            limits["tenant"] = self._value(d.tenant_key, args, kwargs)
         if d.concurrency_key is not None:
             limits.update(
                 concurrency_key=self._key(d.concurrency_key, args, kwargs),
@@ -275,12 +338,20 @@ class Task:
                     f"non-empty string, got {value!r}"
                 )
             return value
+        return f"{spec}={self._value(spec, args, kwargs)}"
+
+    def _value(
+        self, spec: str | Callable[..., str], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str:
+        """The value of parameter ``spec`` in this call (or what a callable returns)."""
+        if callable(spec):
+            return self._key(spec, args, kwargs)
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        return f"{spec}={bound.arguments[spec]}"
+        return str(bound.arguments[spec])
 
     def _inserts(
-        self, items: Iterable[Sequence[Any] | Mapping[str, Any]], template: JobInsert
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any] | _Call], template: JobInsert
     ) -> tuple[list[JobInsert], list[tuple[Sequence[Any], Mapping[str, Any]]]]:
         inserts, payloads = [], []
         for n, item in enumerate(items):
@@ -334,7 +405,7 @@ class Task:
 
     def batch(
         self,
-        items: Iterable[Sequence[Any] | Mapping[str, Any]],
+        items: Iterable[Sequence[Any] | Mapping[str, Any] | _Call],
         *,
         name: str | None = None,
         idempotency_key: str | None = None,
@@ -369,7 +440,7 @@ class Task:
         if distinct_workers:  # each job of this batch on a different worker
             template = template._replace(spread_group=f"batch:{uuid.uuid4().hex}")
         inserts, _ = self._inserts(items, template)
-        batch_id, created = self.app.backend.batch_create(
+        batch_id, created = self.app.create_batch(
             name=name,
             task=self.name,
             idempotency_key=idempotency_key,
@@ -379,14 +450,12 @@ class Task:
         )
         if conn is not None and created:
             # not committed yet: the batch is only visible inside the caller's transaction
-            from .backends.base import BatchRecord
-
             record = BatchRecord(
                 id=batch_id,
                 name=name,
                 task=self.name,
                 total=len(inserts),
-                state="running",
+                state=BatchState.RUNNING,
                 idempotency_key=idempotency_key,
                 on_complete=None,
                 closings=0,

@@ -1,32 +1,13 @@
-"""Conformance of the batch, chain, stage and leadership verbs, on every dialect."""
+"""FlowStore: batches (scatter + aggregate), multi-stage jobs and chains."""
 
 from __future__ import annotations
 
 import json
 import threading
-from datetime import UTC, datetime, timedelta
 
-from conveyor.backends.base import Finalize
+from conveyor.records import Finalize, JobFilter
 
-from .test_conformance import done, fetch, ins, later
-
-CALLBACK = json.dumps(ins(task="summarise", queue="callbacks")._asdict())
-
-
-def make_batch(backend, n=3, key=None, on_complete=CALLBACK, name="b"):
-    return backend.batch_create(
-        name=name,
-        task="t",
-        idempotency_key=key,
-        on_complete_json=on_complete,
-        jobs=[ins(args=[i]) for i in range(n)],
-    )
-
-
-def finish_all(backend, state="succeeded"):
-    jobs = fetch(backend, n=1000)
-    backend.job_finalize_many(worker_id="w1", outcomes=[done(j, state=state) for j in jobs])
-    return jobs
+from .helpers import done, fetch, finish_all, ins, later, make_batch
 
 
 def test_batch_create_writes_the_row_and_its_jobs(backend):
@@ -44,7 +25,7 @@ def test_batch_idempotency_key_returns_the_existing_batch(backend):
     again, created = make_batch(backend, n=9, key="req-77")
     assert (again, created) == (first, False)
     assert sum(backend.batch_progress(batch_id=first).values()) == 4
-    assert len(backend.job_list(limit=100)) == 4
+    assert len(backend.job_list(filter=JobFilter(), limit=100)) == 4
 
 
 def test_racing_batch_creation_with_one_key_makes_one_batch(backend):
@@ -62,7 +43,7 @@ def test_racing_batch_creation_with_one_key_makes_one_batch(backend):
         t.join()
     assert len({bid for bid, _ in results}) == 1
     assert sum(created for _, created in results) == 1
-    assert len(backend.job_list(limit=1000)) == 10
+    assert len(backend.job_list(filter=JobFilter(), limit=1000)) == 10
 
 
 def test_batch_closes_once_with_counts_and_one_callback(backend):
@@ -77,7 +58,7 @@ def test_batch_closes_once_with_counts_and_one_callback(backend):
     assert closed.finished_at is not None
     assert backend.batch_close(batch_id=batch_id) is None  # closed already
     assert backend.batch_ready() == []
-    [callback] = backend.job_list(task="summarise")
+    [callback] = backend.job_list(filter=JobFilter(tasks="summarise"))
     assert (callback.queue, callback.args) == (
         "callbacks",
         [batch_id, {"succeeded": 2, "failed": 1}],
@@ -88,7 +69,7 @@ def test_a_fully_successful_batch_closes_succeeded(backend):
     batch_id, _ = make_batch(backend, n=2, on_complete=None)
     finish_all(backend)
     assert backend.batch_close(batch_id=batch_id).state == "succeeded"
-    assert backend.job_list(task="summarise") == []
+    assert backend.job_list(filter=JobFilter(tasks="summarise")) == []
 
 
 def test_an_empty_batch_closes_at_once(backend):
@@ -106,7 +87,7 @@ def test_cancel_stops_pending_jobs_and_closes_without_callback(backend):
     backend.job_finalize_many(worker_id="w1", outcomes=[done(running)])
     closed = backend.batch_close(batch_id=batch_id)
     assert closed.state == "cancelled" and closed.cancelled_at is not None
-    assert backend.job_list(task="summarise") == []
+    assert backend.job_list(filter=JobFilter(tasks="summarise")) == []
     assert backend.batch_cancel(batch_id=batch_id) == 0
 
 
@@ -123,7 +104,7 @@ def test_retry_failed_reopens_and_the_next_closing_calls_back_again(backend):
     backend.job_finalize_many(worker_id="w1", outcomes=[done(again)])
     closed = backend.batch_close(batch_id=batch_id)
     assert (closed.state, closed.closings) == ("succeeded", 2)
-    callbacks = backend.job_list(task="summarise")
+    callbacks = backend.job_list(filter=JobFilter(tasks="summarise"))
     assert len(callbacks) == 2
     assert {c.idempotency_key for c in callbacks} == {
         f"conveyor:batch:{batch_id}:close:1",
@@ -214,12 +195,50 @@ def test_failed_step_ends_the_chain(backend):
 
 
 # -- leadership ----------------------------------------------------------------------------
-def test_leader_lease_has_one_holder_and_is_taken_over_when_it_expires(backend):
-    assert backend.leader_attempt_elect(name="flow", holder="a", ttl_s=10) is True
-    assert backend.leader_attempt_elect(name="flow", holder="b", ttl_s=10) is False
-    assert backend.leader_attempt_elect(name="flow", holder="a", ttl_s=10) is True  # renew
-    future = datetime.now(UTC) + timedelta(seconds=11)
-    assert backend.leader_attempt_elect(name="flow", holder="b", ttl_s=10, now=future) is True
-    assert backend.leader_attempt_elect(name="flow", holder="a", ttl_s=10, now=future) is False
-    backend.leader_resign(name="flow", holder="b")
-    assert backend.leader_attempt_elect(name="flow", holder="a", ttl_s=10) is True
+
+
+def test_retrying_a_failed_job_of_a_closed_batch_reopens_it_and_calls_back_again(backend):
+    batch_id, _ = make_batch(backend, n=2)
+    a, b = fetch(backend, n=10)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(a), done(b, state="failed")])
+    first = backend.batch_close(batch_id=batch_id)
+    assert first.state == "completed_with_failures" and first.counts == {
+        "succeeded": 1,
+        "failed": 1,
+    }
+    assert backend.job_retry_many(filter=JobFilter(ids=[b.id])) == [b.id]
+    reopened = backend.batch_get(batch_id=batch_id)
+    assert (reopened.state, reopened.counts) == ("running", None)
+    [again] = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(again)])
+    closed = backend.batch_close(batch_id=batch_id)
+    assert closed.state == "succeeded" and closed.counts == {"succeeded": 2}
+    assert len(backend.job_list(filter=JobFilter(tasks="summarise"))) == 2  # called back again
+
+
+def test_a_failed_callback_shows_on_the_batch(backend):
+    batch_id, _ = make_batch(backend, n=1)
+    finish_all(backend)
+    closed = backend.batch_close(batch_id=batch_id)
+    assert closed.state == "succeeded" and closed.callback_job_id is not None
+    [callback] = fetch(backend, queues=("callbacks",))
+    assert callback.id == closed.callback_job_id
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(callback, state="failed", error="x")])
+    got = backend.batch_get(batch_id=batch_id)
+    assert (got.state, got.callback_state) == ("callback_failed", "failed")
+    assert [b.state for b in backend.batch_list()] == ["callback_failed"]
+
+
+def test_retrying_a_failed_chain_step_resumes_the_chain(backend):
+    step = {"queue": "q", "task": "t", "args": [], "kwargs": {}}
+    [res] = backend.job_insert_many(jobs=[ins()._replace(chain_json=json.dumps([step]))])
+    [job] = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job, state="failed", error="x")])
+    [link] = backend.job_chain_due()
+    backend.job_chain_advance(job_id=link.id, next_job=None)  # the chain ended here
+    assert backend.job_get(job_id=res.id).chain_next == 0
+    assert backend.job_retry_many(filter=JobFilter(ids=[res.id])) == [res.id]
+    assert backend.job_get(job_id=res.id).chain_next is None  # open again
+    [again] = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(again, result_json="5")])
+    assert [link.id for link in backend.job_chain_due()] == [res.id]  # the next step is due

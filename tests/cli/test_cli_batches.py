@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from conveyor import Conveyor
-from conveyor.runtime.services import FlowService
+from conveyor.runtime.flow_service import FlowService
 from conveyor.runtime.worker import Worker
 
 from .conftest import Invoke, StartWorker, conveyor_cmd, subprocess_env
@@ -27,24 +27,21 @@ def settle(app: Conveyor, timeout: float = 20.0) -> None:
     process: burst workers for the jobs (a burst leaves retries still to come to
     the next one), the flow service for the batches and chains (whose closing or
     advancing enqueues more jobs, which the next burst runs)."""
-    flow = FlowService(app.backend, holder="tests")
+    flow = FlowService(app.backend)
     deadline = time.monotonic() + timeout
-    try:
-        while True:
-            Worker(app, queues="default", concurrency=4, burst=True, poll_s=0.05).run(
-                install_signals=False
-            )
-            closed, advanced = flow.step()
-            due = app.backend.job_list(state="available", limit=1) or [
-                j
-                for j in app.backend.job_list(state="scheduled", limit=1000)
-                if (j.scheduled_at - datetime.now(UTC)).total_seconds() < 5
-            ]
-            if not (closed or advanced or due):
-                return
-            assert time.monotonic() < deadline, "jobs or batches still moving"
-    finally:
-        flow.resign()
+    while True:
+        Worker(app, queues="default", concurrency=4, burst=True, poll_s=0.05).run(
+            install_signals=False
+        )
+        closed, advanced = flow.step()
+        due = app.list_jobs(state="available", limit=1) or [
+            j
+            for j in app.list_jobs(state="scheduled", limit=1000)
+            if (j.scheduled_at - datetime.now(UTC)).total_seconds() < 5
+        ]
+        if not (closed or advanced or due):
+            return
+        assert time.monotonic() < deadline, "jobs or batches still moving"
 
 
 def cells(line: str) -> list[str]:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from conveyor import Conveyor, JobState
-from conveyor.backends.base import WorkerInfo
+from conveyor.records import WorkerInfo
 from conveyor.runtime.worker import Worker
 
 from . import cliapp
@@ -204,7 +204,7 @@ def test_status_flags_silent_workers(invoke: Invoke, db_url: str, app: Conveyor)
     # A worker that last heartbeat five minutes ago (killed without deregistering).
     gone = WorkerInfo(id="host:1:dead", hostname="host", pid=1, queues=["default"], concurrency=3)
     five_min_ago = datetime.now(UTC) - timedelta(minutes=5)
-    app.backend.worker_heartbeat(worker=gone, leases=[], lease_s=30, now=five_min_ago)
+    app.backend.worker_heartbeat(worker=gone, now=five_min_ago)
     table = invoke("status", url=db_url)
     assert "host:1:dead" in table.stdout
     assert "1 worker(s) silent for over 60s" in table.stdout

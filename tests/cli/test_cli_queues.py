@@ -86,10 +86,14 @@ def test_settings_on_a_queue_with_no_jobs(invoke: Invoke, db_url: str) -> None:
     invoke("migrate", url=db_url)
     assert invoke("queues", "list", url=db_url).stdout.startswith("no queues yet")
     assert listed(invoke, db_url) == {}
-    paused = invoke("queues", "pause", "emials", url=db_url)
+    typo = invoke("queues", "pause", "emials", url=db_url)
+    assert typo.exit_code == 2
+    assert typo.stderr.startswith("error: no queue named 'emials' (known: default)")
+    assert "--force" in typo.stderr
+    paused = invoke("queues", "pause", "emials", "--force", url=db_url)
     assert paused.exit_code == 0
-    assert "(no jobs on it yet: check the name)" in paused.stdout
-    zero = invoke("queues", "limit", "llm", "0", url=db_url)
+    assert "(no jobs on it yet)" in paused.stdout
+    zero = invoke("queues", "limit", "llm", "0", "--force", url=db_url)
     assert "at most 0 job(s)" in zero.stdout and "as if the queue were paused" in zero.stdout
     queues = listed(invoke, db_url)
     assert (queues["emials"]["paused"], queues["llm"]["max_running"]) == (True, 0)
@@ -114,7 +118,7 @@ def test_limit_needs_n_or_none(invoke: Invoke, db_url: str) -> None:
 
 def test_queue_rate_limit_round_trip(invoke: Invoke, db_url: str, producer: Conveyor) -> None:
     producer.migrate()
-    ok = invoke("queues", "rate", "llm", "100/m", "--burst", "5", url=db_url)
+    ok = invoke("queues", "rate", "llm", "100/m", "--burst", "5", "--force", url=db_url)
     assert ok.exit_code == 0, ok.output
     assert "100/m" in ok.output and "5" in ok.output
     bad = invoke("queues", "rate", "llm", "fast", url=db_url)

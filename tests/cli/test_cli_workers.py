@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from conveyor import Conveyor
-from conveyor.backends.base import WorkerInfo
+from conveyor.records import WorkerInfo
 
 from .conftest import Invoke, StartWorker
 
@@ -19,9 +19,9 @@ def test_list_flags_silent_workers(invoke: Invoke, db_url: str, app: Conveyor) -
     assert json.loads(invoke("workers", "list", "--json", url=db_url).stdout) == []
     alive = WorkerInfo(id="h1:10:aa", hostname="h1", pid=10, queues=["a", "b"], concurrency=4)
     gone = WorkerInfo(id="h2:20:bb", hostname="h2", pid=20, queues=["default"], concurrency=1)
-    app.backend.worker_heartbeat(worker=alive, leases=[], lease_s=30)
+    app.backend.worker_heartbeat(worker=alive)
     five_min_ago = datetime.now(UTC) - timedelta(minutes=5)
-    app.backend.worker_heartbeat(worker=gone, leases=[], lease_s=30, now=five_min_ago)
+    app.backend.worker_heartbeat(worker=gone, now=five_min_ago)
 
     table = invoke("workers", "list", url=db_url)
     assert table.exit_code == 0, table.output

@@ -14,9 +14,12 @@ from .helpers import Running, wait_for
 T0 = datetime(2024, 5, 6, 10, 0, 5, tzinfo=UTC)
 
 
-def schedule(app: Conveyor, **options) -> None:
-    """What every worker process would import: the same periodic on its own app."""
+def schedule(app: Conveyor, *, since: datetime | None = T0 - timedelta(days=1), **options) -> None:
+    """What every worker process would import: the same periodic on its own app,
+    first seen by the cluster at ``since``."""
     options.setdefault("name", "sweep")
+    if since is not None:
+        app.backend.cron_first_seen(names=[options["name"]], now=since)
 
     @app.periodic(options.pop("cron", "*/15 * * * *"), args=("all",), **options)
     def sweep(scope):
@@ -95,6 +98,16 @@ def test_catch_up_after_downtime_enqueues_at_most_n_missed_ticks(app):
     assert CronService(app).step(back) == 0
     # back to normal: the 21:00 tick, once per periodic
     assert service.step(T0.replace(hour=21)) == 2
+
+
+def test_a_new_schedule_runs_no_tick_from_before_it_existed(app):
+    schedule(app, cron="* * * * *", name="fresh", since=None)  # deployed at 10:00:05
+    service = CronService(app)
+    assert service.step(T0) == 0  # the 10:00:00 tick is 5 s old, but predates it
+    assert service.step(T0 + timedelta(seconds=56)) == 1  # 10:01:00
+    assert keys(app, "fresh") == ["conveyor:cron:fresh:2024-05-06T10:01:00+00:00"]
+    # a worker started later (a restart) still catches a tick missed within grace
+    assert CronService(app).step(T0 + timedelta(minutes=2, seconds=30)) == 1
 
 
 def test_catch_up_never_reaches_past_retention(db_url):

@@ -30,7 +30,7 @@ def test_batch_survives_a_killed_worker_with_exact_counts_and_one_callback(procs
         "lease_s": 2,
         "heartbeat_s": 0.5,
         "maintenance_s": 0.3,
-        "flow_ttl_s": 2,
+        "leader_ttl_s": 2,
         "flow_poll_s": 0.3,
     }
     victim, survivor = procs.worker(**options), procs.worker(**options)

@@ -152,26 +152,24 @@ def test_sync_timeout_late_result_is_refused_by_fencing(app):
     assert [a.outcome for a in got.attempt_log()] == ["failed"]
 
 
-def test_unknown_task_fails_that_job_and_the_worker_goes_on(app, db_url):
+def test_a_job_no_worker_can_run_waits_visibly_instead_of_failing(app, db_url):
     from conveyor import Conveyor
 
     producer = Conveyor(db_url)
-
-    @producer.task(name="not_here")
-    def ghost():
-        pass
+    ghost_job = producer.enqueue("not_here")  # another app's task: no handler here
 
     @app.task
     def present():
         return 1
 
-    ghost_job = ghost.send()
     ok = present.send()
     with Running(app):
-        wait_for(finished(app, ghost_job.id, ok.id))
-    got = app.get_job(ghost_job.id)
-    assert got.state == "failed" and "no handler named 'not_here'" in got.error
-    assert app.get_job(ok.id).state == "succeeded"
+        wait_for(finished(app, ok.id))
+        time.sleep(0.3)  # several claim rounds
+        assert app.get_job(ghost_job.id).state == "available"  # not claimed, not failed
+        unserved = [(c.queue, c.task, c.count) for c in app.unserved()]
+        assert unserved == [("default", "not_here", 1)]
+    assert app.get_job(ghost_job.id).attempts == 0
     producer.close()
 
 
@@ -254,15 +252,16 @@ def test_worker_that_loses_a_lease_stops_that_job(app):
     job = long.send()
     with Running(app, lease_s=3, heartbeat_s=0.2, maintenance_s=60, grace_s=0.2) as running:
         assert started.wait(10)
-        # another worker's rescuer decides this lease expired (time passed in)
-        app.backend.job_rescue_expired(now=datetime.now(UTC) + timedelta(seconds=10))
+        # the leader decides this worker is dead (time passed in): its job is rescued
+        app.backend.job_rescue(worker_ttl_s=3, now=datetime.now(UTC) + timedelta(seconds=10))
         wait_for(cancelled.is_set, what="handler cancelled after its lease was lost")
         assert running.worker.stats.counts["lost"] == 1
         stats = running.stop()
     # the rescued job may have been claimed again (attempt 2) and released at stop
     got = app.get_job(job.id)
     assert got.state == "available" and got.attempts == 1
-    assert [a.outcome for a in got.attempt_log()] == ["lost"]
+    assert next(a.outcome for a in got.attempt_log()) == "lost"
+    assert {a.outcome for a in got.attempt_log()} <= {"lost", "released"}
     assert stats.counts["succeeded"] == 0
 
 
@@ -272,10 +271,8 @@ def test_expired_lease_is_rescued_by_a_running_worker(app):
         return "ok"
 
     job = simple.send()
-    # a worker that died right after claiming: lease taken, never renewed
-    [claimed] = app.backend.job_fetch_available(
-        queues=["default"], worker_id="dead", limit=1, lease_s=0.5
-    )
+    # a worker that died right after claiming: it never heartbeats again
+    [claimed] = app.backend.job_claim(queues=["default"], worker_id="dead", limit=1)
     assert claimed.id == job.id
     with Running(app, maintenance_s=0.2):
         wait_for(finished(app, job.id))

@@ -66,7 +66,7 @@ def test_sync_pool_runs_submissions_concurrently_up_to_its_size():
     assert sorted(f.result(timeout=10) for f in futures) == [0, 1, 2]
     again = [pool.submit(lambda i=i: i) for i in range(6)]  # reuses idle threads
     assert [f.result(timeout=10) for f in again] == list(range(6))
-    assert len(pool._threads) == 3
+    assert pool._threads == 3
     pool.shutdown()
 
 

@@ -38,4 +38,6 @@ def test_queue_rate_limit_settings_are_checked(tmp_path):
         app.set_queue_rate_limit("q", "fast")
     with pytest.raises(ConfigError, match="burst"):
         app.set_queue_rate_limit("q", "10/s", burst=0)
-    app.set_queue_rate_limit("q", "120/m")  # burst defaults to one second's worth
+    with pytest.raises(ConfigError, match="no queue named 'q'"):
+        app.set_queue_rate_limit("q", "120/m")  # a typo is not a new queue
+    app.set_queue_rate_limit("q", "120/m", force=True)  # burst defaults to one second's worth

@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigError
-from .base import Backend
+from .interfaces import Backend
 
 SUPPORTED = "sqlite:///path/to/file.db or postgresql://user@host:5432/dbname"
 
@@ -29,12 +29,23 @@ def open_backend(url: str) -> Backend:
             )
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
         options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(options) - {"synchronous"}
+        unknown = set(options) - {"synchronous", "busy_timeout"}
         if unknown:
             raise ConfigError(
-                f"unknown SQLite URL option(s) {sorted(unknown)}: only 'synchronous' is known"
+                f"unknown SQLite URL option(s) {sorted(unknown)}: the options are "
+                "'synchronous' (off, normal, full, extra) and 'busy_timeout' (seconds)"
+            )
+        try:
+            busy = float(options.get("busy_timeout", 30))
+        except ValueError:
+            busy = -1.0
+        if not 0 < busy <= 3600:
+            raise ConfigError(
+                f"busy_timeout must be seconds between 0 and 3600, got {options['busy_timeout']!r}"
             )
         from .sqlite.backend import SQLiteBackend
 
-        return SQLiteBackend(path, synchronous=options.get("synchronous", "full"))
+        return SQLiteBackend(
+            path, synchronous=options.get("synchronous", "full"), busy_timeout_s=busy
+        )
     raise ConfigError(f"unsupported database URL {url!r}: expected {SUPPORTED}")

@@ -31,7 +31,7 @@ class CliError(click.ClickException):
     def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
         # One line whatever the source: a multi-line message would read like a traceback.
         super().__init__(" ".join(str(message).split()))
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
 
     def show(self, file: Any = None) -> None:
         click.secho(f"error: {self.format_message()}", fg="red", err=True)

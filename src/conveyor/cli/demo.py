@@ -29,7 +29,7 @@ from rich.text import Text
 
 from ..app import Conveyor
 from ..batch import Batch
-from ..job import ACTIVE_STATES
+from ..records import ACTIVE_STATES
 from .batches import final_line
 from .core import CliError
 from .render import cell, console, seconds
@@ -296,7 +296,7 @@ def _update_batch_bar(progress: Progress, bar: TaskID | None, batch: Batch) -> b
         description += " [dim]closing...[/]"
     if bar is not None:
         progress.update(bar, completed=done, total=p["total"], description=description)
-    return closed
+    return bool(closed)
 
 
 def _describe(c: Counter[str]) -> str:

@@ -6,11 +6,13 @@ import json
 from typing import Any
 
 import click
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
 from ..app import Conveyor
-from ..job import Attempt, Job
+from ..job import Job
+from ..records import Attempt
 from .core import State, app_option, pass_state, refuse
 from .render import (
     STATES,
@@ -107,7 +109,7 @@ def batch_jobs(
 
 def jobs_table(jobs: list[Job]) -> Table:
     table = Table(show_edge=False, header_style="bold")
-    for name, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("id", "right"),
         ("task", "left"),
         ("queue", "left"),
@@ -116,7 +118,8 @@ def jobs_table(jobs: list[Job]) -> Table:
         ("priority", "right"),
         ("created", "left"),
         ("error", "left"),
-    ]:
+    ]
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold" if name != "error" else "ellipsis")
     for j in jobs:
         table.add_row(

@@ -74,7 +74,7 @@ def migrate(state: State) -> None:
     """
     app = state.app()
     applied = app.migrate()
-    version = app.backend.schema_version()
+    version, _latest = app.schema_version()
     if applied:
         listed = ", ".join(str(v) for v in applied)
         click.echo(f"applied migration(s) {listed}: schema now at version {version}")
@@ -124,12 +124,25 @@ def migrate(state: State) -> None:
     metavar="SECONDS",
     help="Longest one attempt may run. [default: the task's]",
 )
+@click.option("--tenant", metavar="ID", help="The user or tenant the job is for (a filter later).")
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="TASK has no handler in --app (another app's or a remote worker's): enqueue it "
+    "by name with default options.",
+)
 @pass_state
-def enqueue(state: State, task: str, args_json: str, kwargs_json: str, **options: Any) -> None:
+def enqueue(
+    state: State, /, task: str, args_json: str, kwargs_json: str, remote: bool, **options: Any
+) -> None:
     """Enqueue one job of TASK and print its id.
 
     \b
     conveyor enqueue send_email --app myapp:app --args '["a@b.c"]' --delay 60
+    conveyor enqueue resize --args '["a.png"]' --queue images    (no --app: by name)
+
+    With --app, TASK must be one of its tasks (its arguments are checked against
+    the handler) unless --remote says it runs elsewhere.
     """
     args = _json_arg(args_json, "--args", list, "a JSON array, e.g. '[1, 2]'")
     kwargs = _json_arg(kwargs_json, "--kwargs", dict, "a JSON object, e.g. '{\"x\": 1}'")
@@ -140,7 +153,13 @@ def enqueue(state: State, task: str, args_json: str, kwargs_json: str, **options
             f"--kwargs cannot contain {clash}: those names are job options; "
             "use the matching command-line options instead"
         )
-    app = state.app(need_tasks=True)
+    app = state.app()
+    if state.app_spec and task not in app.tasks and not remote:
+        known = ", ".join(sorted(app.tasks)) or "none"
+        raise CliError(
+            f"unknown task {task!r}; tasks registered on {state.app_spec}: {known} "
+            "(--remote enqueues a task that has no handler in this app)"
+        )
     try:
         job = app.enqueue(task, args, kwargs, **{k: v for k, v in options.items() if v is not None})
     except TypeError as exc:  # arguments that do not fit the handler's signature

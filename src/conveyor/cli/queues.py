@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..app import Conveyor
-from ..backends.base import QueueInfo
+from ..records import QueueInfo
 from .core import CliError, State, app_option, pass_state
 from .render import STATE_STYLES, STATES, cell, console, echo_json
 
@@ -101,16 +101,25 @@ def _find(app: Conveyor, name: str) -> QueueInfo | None:
 
 
 def _unknown_note(before: QueueInfo | None) -> str:
-    # Settings on a queue nobody uses yet are allowed (prepare before deploying), but
-    # a typo should not pass unnoticed.
-    return " (no jobs on it yet: check the name)" if before is None else ""
+    # Settings on a queue nobody uses yet need --force (prepare before deploying);
+    # a typo does not pass unnoticed.
+    return " (no jobs on it yet)" if before is None else ""
+
+
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Set up a queue that has no jobs or settings yet (without it, an unknown name "
+    "is refused as a likely typo).",
+)
 
 
 @queues_group.command("pause")
 @click.argument("name")
+@force_option
 @app_option
 @pass_state
-def pause_queue(state: State, name: str) -> None:
+def pause_queue(state: State, name: str, force: bool) -> None:
     """Pause queue NAME for every worker: nothing new is claimed from it; jobs already
     running finish. Undo with `conveyor queues resume NAME`."""
     app = state.app()
@@ -118,7 +127,7 @@ def pause_queue(state: State, name: str) -> None:
     if before is not None and before.paused:
         click.echo(f"queue {name!r} is already paused")
         return
-    app.pause_queue(name)
+    app.pause_queue(name, force=force)
     running = full_counts(before)["running"] if before else 0
     tail = f"; {running} running job(s) will finish" if running else ""
     click.echo(
@@ -128,16 +137,17 @@ def pause_queue(state: State, name: str) -> None:
 
 @queues_group.command("resume")
 @click.argument("name")
+@force_option
 @app_option
 @pass_state
-def resume_queue(state: State, name: str) -> None:
+def resume_queue(state: State, name: str, force: bool) -> None:
     """Resume queue NAME: workers claim from it again."""
     app = state.app()
     before = _find(app, _queue_name(name))
     if before is None or not before.paused:
         click.echo(f"queue {name!r} is not paused: nothing to do")
         return
-    app.resume_queue(name)
+    app.resume_queue(name, force=force)
     click.echo(f"queue {name!r} resumed: workers claim from it again")
 
 
@@ -145,9 +155,12 @@ def resume_queue(state: State, name: str) -> None:
 @click.argument("name")
 @click.argument("max_running", metavar="N", type=click.IntRange(0, MAX_LIMIT), required=False)
 @click.option("--none", "remove", is_flag=True, help="Remove the limit.")
+@force_option
 @app_option
 @pass_state
-def limit_queue(state: State, name: str, max_running: int | None, remove: bool) -> None:
+def limit_queue(
+    state: State, name: str, max_running: int | None, remove: bool, force: bool
+) -> None:
     """Let at most N jobs of queue NAME run at once, across every worker; or, with
     --none, remove the limit. Workers apply a change within a second; jobs already
     running above a lowered limit finish.
@@ -169,7 +182,7 @@ def limit_queue(state: State, name: str, max_running: int | None, remove: bool) 
     if remove and was is None:
         click.echo(f"queue {name!r} has no limit: nothing to do")
         return
-    app.set_queue_limit(name, max_running)
+    app.set_queue_limit(name, max_running, force=force)
     if remove:
         click.echo(f"queue {name!r}: limit removed (was {was}); its jobs run as workers allow")
         return
@@ -192,10 +205,16 @@ def limit_queue(state: State, name: str, max_running: int | None, remove: bool) 
     help="Most tokens the bucket holds (default: one second's worth, at least 1).",
 )
 @click.option("--none", "remove", is_flag=True, help="Remove the rate limit.")
+@force_option
 @app_option
 @pass_state
 def rate_queue(
-    state: State, name: str, rate_limit: str | None, burst: float | None, remove: bool
+    state: State,
+    name: str,
+    rate_limit: str | None,
+    burst: float | None,
+    remove: bool,
+    force: bool,
 ) -> None:
     """Start at most RATE jobs of queue NAME, across every worker: a token bucket in
     the database (RATE is COUNT/UNIT with unit s, m or h). Jobs over the limit wait
@@ -208,7 +227,7 @@ def rate_queue(
     if remove == (rate_limit is not None):
         raise CliError("give either RATE (e.g. 100/m) or --none")
     app = state.app()
-    app.set_queue_rate_limit(_queue_name(name), None if remove else rate_limit, burst)
+    app.set_queue_rate_limit(_queue_name(name), None if remove else rate_limit, burst, force=force)
     if remove:
         click.echo(f"queue {name!r}: rate limit removed")
     else:

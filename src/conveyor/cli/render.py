@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import fields
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.text import Text
 
-from ..job import Attempt, Job, JobState
+from .. import serialize
+from ..records import STATE_ORDER, Attempt, JobRecord, JobState
 
 #: display order of states, also the columns of `conveyor status`
-STATES = [s.value for s in JobState]
+STATES = [s.value for s in STATE_ORDER]
 
 STATE_STYLES = {
     "scheduled": "cyan",
@@ -26,9 +25,6 @@ STATE_STYLES = {
     "failed": "red",
     "cancelled": "dim",
 }
-
-#: job fields never shown: the lease token is the proof of ownership a worker fences with
-HIDDEN_FIELDS = {"lease_token"}
 
 
 def console() -> Console:
@@ -73,34 +69,14 @@ def snippet(text: str | None, width: int = 60) -> str:
 
 
 # -- JSON --------------------------------------------------------------------------------
-def plain(value: Any) -> Any:
-    """A JSON-ready copy: datetimes as ISO 8601, enums as their values."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
-
-
-def job_dict(job: Job) -> dict[str, Any]:
-    # Not dataclasses.asdict: it would deep-copy the bound app along with the record.
-    return {
-        f.name: plain(getattr(job, f.name))
-        for f in fields(job)
-        if not f.name.startswith("_") and f.name not in HIDDEN_FIELDS
-    }
+def job_dict(job: JobRecord) -> dict[str, Any]:
+    return serialize.job(job)
 
 
 def attempt_dict(attempt: Attempt) -> dict[str, Any]:
-    data = {f.name: plain(getattr(attempt, f.name)) for f in fields(attempt)}
-    data["duration_s"] = attempt.duration_s
-    return data
+    return serialize.attempt(attempt)
 
 
 def echo_json(data: Any) -> None:
     # click.echo, not rich: machine output must carry no markup or wrapping.
-    click.echo(json.dumps(plain(data), indent=2, default=str))
+    click.echo(json.dumps(serialize.plain(data), indent=2, default=str))

@@ -10,8 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..app import Conveyor
-from ..backends.base import QueueInfo, WorkerInfo
 from ..batch import Batch
+from ..records import QueueInfo, WorkerInfo
 from .core import State, app_option, pass_state
 from .queues import full_counts
 from .render import STATE_STYLES, STATES, cell, console, echo_json, seconds, when
@@ -29,7 +29,7 @@ def status(state: State, as_json: bool) -> None:
     queues = shown_queues(app.queues())
     counts = {q.name: full_counts(q) for q in queues}
     n_open, shown = open_batches(app)
-    workers = app.backend.worker_list()
+    workers = app.workers()
     periodics = len(app.periodics) if state.app_spec else None
     if as_json:
         echo_json(
@@ -84,11 +84,11 @@ def counts_table(queues: list[QueueInfo]) -> Table:
     totals = dict.fromkeys(STATES, 0)
     for q in queues:
         row = full_counts(q)
-        name = Text(q.name)
+        label = Text(q.name)
         if q.paused:
-            name.append(" (paused)", style="bold yellow")
+            label.append(" (paused)", style="bold yellow")
         limit = [cell("" if q.max_running is None else q.max_running)] if limits else []
-        table.add_row(name, *limit, *(_count(row[s]) for s in STATES))
+        table.add_row(label, *limit, *(_count(row[s]) for s in STATES))
         for s in STATES:
             totals[s] += row[s]
     if len(queues) > 1:

@@ -29,7 +29,7 @@ def list_workers(state: State, as_json: bool) -> None:
     """List the registered workers: where they run, what they take, when they last
     heartbeat. A worker silent for over a minute is flagged: it most likely died
     without deregistering (it is forgotten after a few minutes)."""
-    workers = state.app().backend.worker_list()
+    workers = state.app().workers()
     if as_json:
         echo_json([worker_dict(w) for w in workers])
         return
@@ -72,7 +72,7 @@ def stop_worker(state: State, worker_id: str) -> None:
     learns at its next heartbeat (every lease/3 seconds, 10 s by default; sooner on
     PostgreSQL)."""
     app = state.app()
-    worker = next((w for w in app.backend.worker_list() if w.id == worker_id), None)
+    worker = next((w for w in app.workers() if w.id == worker_id), None)
     if worker is None or not app.stop_worker(worker_id):
         raise CliError(
             f"no worker with id {worker_id!r} (it may have exited already; "

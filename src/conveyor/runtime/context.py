@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 from contextvars import ContextVar
 
-from ..job import Job
+from ..records import JobRecord
 
-_current: ContextVar[Job | None] = ContextVar("conveyor_current_job", default=None)
+_current: ContextVar[JobRecord | None] = ContextVar("conveyor_current_job", default=None)
 _cancel: ContextVar[threading.Event | None] = ContextVar("conveyor_cancel", default=None)
 
 
-def current_job() -> Job:
+def current_job() -> JobRecord:
     """The job the calling handler is running (its id, attempt, stage, ...)."""
     job = _current.get()
     if job is None:

@@ -1,8 +1,10 @@
-"""The worker: claims jobs for its free slots, runs them, writes outcomes in batches.
+"""The worker: a set of services around one claim loop.
 
-One asyncio loop runs the handlers (sync handlers on a daemon thread pool). All
-database calls go through the synchronous backend seam on dedicated threads, one
-per concern, so a slow claim never delays a heartbeat.
+The claim loop (asyncio) claims jobs for its free slots and runs each through
+the executor; outcomes go to the completer, which writes them in batches.
+Around it, each on a thread of its own: the heartbeat (one row per worker,
+which keeps every job it holds), the listener (database hints), leader
+election, maintenance and the flow service (leader only), and cron.
 """
 
 from __future__ import annotations
@@ -19,17 +21,31 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..backends.base import Finalize, Lease, WorkerInfo
-from ..errors import ConfigError
-from ..job import Job
+from ..errors import ConfigError, UnknownTask
+from ..hooks import chain_execute
+from ..records import (
+    Finalize,
+    Heartbeat,
+    JobFilter,
+    JobRecord,
+    JobState,
+    Lease,
+    Outcome,
+    WorkerInfo,
+)
 from ..task import Task
 from .completer import Completer
 from .cron_service import CronService
-from .executor import Outcome, cancelled, classify, fail, run_handler
-from .pool import DaemonPool
-from .services import FlowService, Maintenance
+from .executor import InProcess, Run, cancelled, classify
+from .flow_service import FlowService
+from .heartbeat import HeartbeatService
+from .listener import Listener
+from .maintenance import Maintenance
+from .resolver import TaskResolver, resolver_for
+from .service import Leadership, Services
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,9 +79,9 @@ class WorkerConfig:
 
     queues: tuple[str, ...] = ("default",)
     concurrency: int = 10
-    #: a claimed job is the worker's for this long unless renewed by a heartbeat
-    lease_s: float = 30.0
-    #: renew leases this often (default: a third of the lease)
+    #: a worker silent this long is dead: its jobs run again elsewhere
+    worker_ttl_s: float = 7.0
+    #: how often the worker heartbeats (default: 2 s, at most a third of the ttl)
     heartbeat_s: float | None = None
     #: longest wait between polls when no notification arrives (the safety net)
     poll_s: float = 1.0
@@ -73,17 +89,27 @@ class WorkerConfig:
     fetch_batch: int | None = None
     #: on SIGTERM/SIGINT, how long running jobs may take to finish before release
     grace_s: float = 30.0
-    #: how often to look for expired leases and due scheduled jobs
-    maintenance_s: float = 2.0
-    #: exit once nothing is claimable and nothing is running
+    #: exit once nothing it could run is waiting and nothing is running
     burst: bool = False
-    #: how often the flow service (batch aggregator, chains) looks for work when no
-    #: notification arrives; its leader lease lasts flow_ttl_s unless renewed
-    flow_poll_s: float = 1.0
-    flow_ttl_s: float = 10.0
     #: labels jobs can be pinned to (besides the worker's id)
     tags: tuple[str, ...] = ()
     worker_id: str | None = None
+    #: which handlers run: "registered" (the app's tasks), "import" (module:function
+    #: names too) or "none" (claim nothing)
+    resolver: str = "registered"
+    #: run handlers in this many child processes instead of in this one
+    processes: int | None = None
+    #: --processes: kill a child whose memory grows past this (MB)
+    max_memory_mb: float | None = None
+    #: the app, as module:attribute, for child processes to import
+    app_spec: str | None = None
+    #: leader lease and how often the leader's maintenance runs
+    leader_ttl_s: float = 5.0
+    maintenance_s: float = 1.0
+    #: flow service poll when no notification arrives
+    flow_poll_s: float = 1.0
+    #: run cluster-wide services (leader election, maintenance, flow, cron) here
+    services: bool = True
 
     def __post_init__(self) -> None:
         if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
@@ -92,33 +118,44 @@ class WorkerConfig:
             )
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.lease_s <= 0 or self.poll_s <= 0 or self.grace_s < 0 or self.maintenance_s <= 0:
-            raise ConfigError("lease_s, poll_s and maintenance_s must be > 0 and grace_s >= 0")
-        if self.heartbeat_s is not None and not 0 < self.heartbeat_s < self.lease_s:
+        if self.worker_ttl_s <= 0 or self.poll_s <= 0 or self.grace_s < 0:
+            raise ConfigError("worker_ttl_s and poll_s must be > 0 and grace_s >= 0")
+        if self.heartbeat_s is not None and not 0 < self.heartbeat_s < self.worker_ttl_s:
             raise ConfigError(
                 f"heartbeat_s ({self.heartbeat_s}) must be > 0 and shorter than "
-                f"lease_s ({self.lease_s})"
+                f"worker_ttl_s ({self.worker_ttl_s})"
             )
         if self.fetch_batch is not None and self.fetch_batch < 1:
             raise ConfigError(f"fetch_batch must be >= 1, got {self.fetch_batch}")
+        if self.processes is not None and self.processes < 1:
+            raise ConfigError(f"processes must be >= 1, got {self.processes}")
+        if self.max_memory_mb is not None and self.processes is None:
+            raise ConfigError("max_memory_mb needs processes (handlers in child processes)")
 
     @property
     def heartbeat_every(self) -> float:
-        return self.heartbeat_s or self.lease_s / 3
+        return self.heartbeat_s or min(2.0, self.worker_ttl_s / 3)
+
+    @property
+    def slots(self) -> int:
+        return self.processes or self.concurrency
 
     @property
     def batch(self) -> int:
-        return min(self.fetch_batch or self.concurrency, self.concurrency)
+        return min(self.fetch_batch or self.slots, self.slots)
 
 
 @dataclass
 class Running:
-    job: Job
+    job: JobRecord
     task: asyncio.Task[None]
     lost: bool = False
     released: bool = False
-    #: set when an operator cancels the job; handlers read it via cancel_requested()
+    #: set when an operator cancels the job or its lease is lost; handlers read it
+    #: through cancel_requested()
     cancel: threading.Event = field(default_factory=threading.Event)
+    handler: Task | None = None
+    cancelling: bool = False
 
 
 @dataclass
@@ -126,30 +163,50 @@ class WorkerStats:
     counts: Counter[str] = field(default_factory=Counter)
 
 
+class Executor(Protocol):
+    async def invoke(
+        self, task: Task, job: JobRecord, cancel: threading.Event | None, run: Run
+    ) -> Any: ...
+
+    def shutdown(self) -> None: ...
+
+
 class Worker:
-    def __init__(self, app: Conveyor, config: WorkerConfig | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        app: Conveyor,
+        config: WorkerConfig | None = None,
+        *,
+        resolver: TaskResolver | None = None,
+        **options: Any,
+    ) -> None:
         if config is not None and options:
             raise ConfigError("pass either config= or keyword options, not both")
-        if "queues" in options and isinstance(options["queues"], str):
-            options["queues"] = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
-        elif "queues" in options:
-            options["queues"] = tuple(options["queues"])
-        if isinstance(options.get("tags"), str):
-            options["tags"] = tuple(t.strip() for t in options["tags"].split(",") if t.strip())
-        elif "tags" in options:
-            options["tags"] = tuple(options["tags"])
+        for name in ("queues", "tags"):
+            value = options.get(name)
+            if isinstance(value, str):
+                options[name] = tuple(v.strip() for v in value.split(",") if v.strip())
+            elif value is not None:
+                options[name] = tuple(value)
+        if "lease_s" in options:  # older name: a job is lost this long after its worker died
+            options.setdefault("worker_ttl_s", options.pop("lease_s"))
         self.app = app
         self.config = config or WorkerConfig(**options)
+        self.resolver = resolver or resolver_for(app, self.config.resolver)
         self.id = self.config.worker_id or (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         )
         self.stats = WorkerStats()
         self.running: dict[int, Running] = {}
         self.leases: dict[int, str] = {}
+        self.exit_code = 0
         self._stop_requested = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_ident: int | None = None
+        self._tick = time.monotonic()
         self._stopping = False
         self._hard = False
+        self._unknown: set[int] = set()
 
     # -- public control -------------------------------------------------------------
     def run(self, *, install_signals: bool = True) -> WorkerStats:
@@ -162,107 +219,171 @@ class Worker:
         hard = not graceful or self._stop_requested.is_set()
         self._stop_requested.set()
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._begin_stop, hard)
+            try:
+                self._loop.call_soon_threadsafe(self._begin_stop, hard)
+            except RuntimeError:
+                pass  # the loop closed meanwhile
+
+    def health(self) -> dict[str, Any]:
+        """Each service's health, for a readiness probe."""
+        return {h.name: h for h in self._services.health()} if hasattr(self, "_services") else {}
 
     # -- lifecycle --------------------------------------------------------------------
     async def run_async(self, *, install_signals: bool = False) -> WorkerStats:
         cfg = self.config
         self._loop = asyncio.get_running_loop()
-        backend = self.app.backend  # opens and migrates; errors surface before we start
-        missing = set(self.app.tasks) and not any(
-            t.defaults.queue in cfg.queues for t in self.app.tasks.values()
-        )
-        if missing:
-            log.warning(
-                "no registered task uses queues %s; tasks use %s",
-                list(cfg.queues),
-                sorted({t.defaults.queue for t in self.app.tasks.values()}),
-            )
-        self._threads = {
+        self._loop_ident = threading.get_ident()
+        self.backend = self.app.backend  # opens and migrates; errors surface before we start
+        self._schema = self.backend.latest_schema
+        self._tasks = self.resolver.names()
+        self._warn_unused_queues()
+        self._db_threads = {
             name: ThreadPoolExecutor(1, thread_name_prefix=f"conveyor-{name}")
-            for name in ("fetch", "complete", "heartbeat", "maintenance", "flow")
+            for name in ("fetch", "complete")
         }
-        self._pool = DaemonPool(cfg.concurrency)
+        self.executor = self._make_executor()
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._slot_need = 1
-        self._flow_wake = asyncio.Event()
-        self._hb_wake = asyncio.Event()
         self._hard_event = asyncio.Event()
-        self.completer = Completer(self._write_outcomes, self._outcome_written)
+        self.completer = Completer(self._write_outcomes, self._outcome_written, self._was_written)
         self.completer.start()
         self._info = WorkerInfo(
             id=self.id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
             queues=list(cfg.queues),
-            concurrency=cfg.concurrency,
+            concurrency=cfg.slots,
             tags=list(cfg.tags),
+            tasks=self._tasks,
         )
-        await self._db(
-            "heartbeat", backend.worker_heartbeat, worker=self._info, leases=[], lease_s=cfg.lease_s
-        )
+        # Registered before the first claim: a job claimed by a worker without a
+        # row would be rescued at once.
+        first = await self._db("complete", self.backend.worker_heartbeat, worker=self._info)
+        self._check_schema(first)
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self.stop)
         if self._stop_requested.is_set():
             self._begin_stop(False)
-        notifier = backend.notifier()
-        listener = threading.Thread(
-            target=self._listen, args=(notifier,), name="conveyor-listen", daemon=True
-        )
-        listener.start()
         log.info(
-            "worker %s started: queues=%s concurrency=%d database=%s (%s)",
+            "worker %s started: queues=%s %s database=%s (%s)",
             self.id,
             ",".join(cfg.queues),
-            cfg.concurrency,
-            backend.name,
-            "LISTEN/NOTIFY + polling" if backend.pushes_notifications else "polling",
+            f"processes={cfg.processes}" if cfg.processes else f"concurrency={cfg.concurrency}",
+            self.backend.name,
+            "LISTEN/NOTIFY + polling" if self.backend.supports("push_notifications") else "polling",
         )
-        loops = [
-            asyncio.create_task(coro, name=name)
-            for name, coro in (
-                ("heartbeat", self._heartbeat_loop()),
-                ("maintenance", self._maintenance_loop()),
-                ("flow", self._flow_loop()),
-                ("cron", self._cron_loop()),
-            )
-        ]
+        self._services = self._make_services()
+        self._services.start()
+        ticker = asyncio.create_task(self._ticker(), name="conveyor-tick")
         try:
             await self._fetch_loop()
             await self._drain()
         finally:
-            for t in loops:
-                t.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
-            flow = getattr(self, "_flow", None)
-            if flow is not None:
-                try:  # hand leadership over now rather than when the lease expires
-                    await self._db("flow", flow.resign)
-                except Exception as exc:
-                    log.warning("could not resign flow leadership: %s", exc)
+            ticker.cancel()
             self._stop_requested.set()
-            notifier.close()  # waits for the listener's current wait() to return
-            await asyncio.to_thread(listener.join, 5)
+            await asyncio.to_thread(self._services.stop)
             try:
-                await self._db("heartbeat", backend.worker_deregister, worker_id=self.id)
+                await self._db("complete", self.backend.worker_deregister, worker_id=self.id)
             except Exception as exc:
                 log.warning("could not deregister worker %s: %s", self.id, exc)
-            for ex in self._threads.values():  # each finishes at most its current call
+            for ex in self._db_threads.values():  # each finishes at most its current call
                 await asyncio.to_thread(ex.shutdown, True)
-            self._pool.shutdown()
+            self.executor.shutdown()
         c = self.stats.counts
         log.info(
             "worker %s stopped: %d succeeded, %d failed, %d retried, %d released, %d refused",
             self.id,
-            c["succeeded"],
-            c["failed"],
-            c["retry"],
-            c["released"],
+            c[Outcome.SUCCEEDED],
+            c[Outcome.FAILED],
+            c[Outcome.RETRY],
+            c[Outcome.RELEASED],
             c["refused"],
         )
         return self.stats
+
+    def _make_executor(self) -> Executor:
+        cfg = self.config
+        if cfg.processes:
+            from .supervisor import ProcessPool
+
+            if not cfg.app_spec:
+                raise ConfigError(
+                    "processes= needs app_spec='module:attribute' so child processes can "
+                    "import the app (conveyor worker --app does this)"
+                )
+            return ProcessPool(
+                cfg.app_spec,
+                cfg.processes,
+                url=self.app.url,
+                max_memory_mb=cfg.max_memory_mb,
+            )
+        return InProcess(cfg.concurrency, self._late_result)
+
+    def _make_services(self) -> Services:
+        cfg = self.config
+        services = Services()
+        self.heartbeat = HeartbeatService(
+            self.backend,
+            self._info,
+            self,
+            interval=cfg.heartbeat_every,
+            worker_ttl_s=cfg.worker_ttl_s,
+            loop_thread=lambda: self._loop_ident,
+        )
+        services.add(self.heartbeat)
+        self.flow: FlowService | None = None
+        if cfg.services:
+            leader = Leadership(self.backend, self.id, ttl_s=cfg.leader_ttl_s)
+            services.add(leader)
+            services.add(
+                Maintenance(
+                    self.backend,
+                    is_leader=lambda: leader.is_leader,
+                    interval=cfg.maintenance_s,
+                    worker_ttl_s=cfg.worker_ttl_s,
+                    stale_worker_s=max(300.0, 10 * cfg.worker_ttl_s),
+                    aging_s=self.app.priority_aging_s,
+                    max_boost=self.app.priority_max_boost,
+                    retention=self.app.retention,
+                )
+            )
+            self.flow = FlowService(
+                self.backend, is_leader=lambda: leader.is_leader, interval=cfg.flow_poll_s
+            )
+            services.add(self.flow)
+            if self.app.periodics:
+                services.add(CronService(self.app))
+        flow = self.flow
+        services.add(
+            Listener(
+                lambda: self.backend.notifier(),
+                cfg.queues,
+                on_work=lambda: self._threadsafe(self._wake.set),
+                on_flow=(lambda: flow.wake()) if flow is not None else (lambda: None),
+                on_cancel=self.heartbeat.wake,
+            )
+        )
+        return services
+
+    def _warn_unused_queues(self) -> None:
+        tasks = self.app.tasks.values()
+        if tasks and not any(t.defaults.queue in self.config.queues for t in tasks):
+            log.warning(
+                "no registered task uses queues %s; tasks use %s",
+                list(self.config.queues),
+                sorted({t.defaults.queue for t in tasks}),
+            )
+
+    def _threadsafe(self, fn: Callable[[], Any]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(fn)
+        except RuntimeError:
+            pass  # the loop closed meanwhile
 
     def _begin_stop(self, hard: bool) -> None:
         if hard:
@@ -280,39 +401,23 @@ class Worker:
     async def _db(self, thread: str, fn: Callable[..., T], **kwargs: Any) -> T:
         assert self._loop is not None
         return await self._loop.run_in_executor(
-            self._threads[thread], functools.partial(fn, **kwargs)
+            self._db_threads[thread], functools.partial(fn, **kwargs)
         )
 
-    def _listen(self, notifier: Any) -> None:
-        """Thread: turn database hints into wake-ups of the fetch loop."""
-        wanted = set(self.config.queues)
-        while not self._stop_requested.is_set():
-            try:
-                queues = notifier.wait(0.5)
-            except Exception:
-                time.sleep(0.5)
-                continue
-            if not queues or self._loop is None:
-                continue
-            wake = [self._wake.set] if "*" in queues or queues & wanted else []
-            if "*" in queues or "@flow" in queues:
-                wake.append(self._flow_wake.set)
-            if "@cancel" in queues:
-                wake.append(self._hb_wake.set)
-            try:
-                for fn in wake:
-                    self._loop.call_soon_threadsafe(fn)
-            except RuntimeError:
-                return  # loop closed
+    async def _ticker(self) -> None:
+        """Proof of life of the event loop, for the heartbeat's watchdog."""
+        while True:
+            self._tick = time.monotonic()
+            await asyncio.sleep(0.2)
 
     # -- claiming -----------------------------------------------------------------------
     def _free(self) -> int:
         """Slots to claim for. Finished jobs whose outcome is not written yet still
-        hold leases: past one concurrency's worth of them, they take slots too, so
-        a slow database slows claiming instead of piling up leases."""
-        cfg = self.config
+        hold their jobs: past one concurrency's worth of them, they take slots too,
+        so a slow database slows claiming instead of piling up leases."""
+        slots = self.config.slots
         unwritten = self.completer.backlog if hasattr(self, "completer") else 0
-        return cfg.concurrency - len(self.running) - max(0, unwritten - cfg.concurrency)
+        return slots - len(self.running) - max(0, unwritten - slots)
 
     async def _wait_for_slots(self, need: int) -> int:
         free = self._free()
@@ -345,12 +450,13 @@ class Worker:
             try:
                 jobs = await self._db(
                     "fetch",
-                    self.app.backend.job_fetch_available,
+                    self.backend.job_claim,
                     queues=queues,
                     worker_id=self.id,
                     limit=limit,
-                    lease_s=cfg.lease_s,
+                    tasks=self._tasks,
                     tags=cfg.tags,
+                    schema_version=self._schema,
                 )
             except Exception as exc:
                 log.error("could not claim jobs, retrying in 1s: %s", exc)
@@ -361,51 +467,88 @@ class Worker:
             poll = 0.05 if jobs else min(poll * 2, cfg.poll_s)
             for job in jobs:
                 self._start(job)
-            if cfg.burst and not jobs and not self.running and not self.completer.backlog:
-                log.info("worker %s: burst mode and nothing left to claim", self.id)
+            idle = not jobs and not self.running and not self.completer.backlog
+            if cfg.burst and idle and not await self._anything_waiting():
+                log.info("worker %s: burst mode and nothing left it could run", self.id)
                 self._begin_stop(False)
 
+    async def _anything_waiting(self) -> bool:
+        """Burst mode: is a job this worker could run still waiting (a limit may be
+        full, or another worker about to finish)? Then stay."""
+        f = JobFilter(
+            queues=self.config.queues,
+            tasks=None if self._tasks is None else tuple(self._tasks),
+            states=(JobState.AVAILABLE, JobState.SCHEDULED),
+            due_before=datetime.now(UTC),
+            unpaused=True,
+        )
+        try:
+            counts = await self._db("fetch", self.backend.job_count, filter=f)
+        except Exception:
+            return True
+        return any(counts.values())
+
     # -- running ------------------------------------------------------------------------
-    def _start(self, job: Job) -> None:
+    def _start(self, job: JobRecord) -> None:
         previous = self.running.get(job.id)
         if previous is not None:
-            # Our old lease on this job expired and was rescued, and we claimed it
-            # again before the heartbeat noticed: the old run is superseded.
-            self._abandon(previous, "claimed again under a new lease")
+            # Our old claim on this job was rescued, and we claimed it again before
+            # the heartbeat noticed: the old run is superseded.
+            self._abandon(previous, "claimed again")
         self.leases[job.id] = job.lease_token or ""
-        task = asyncio.create_task(self._run_job(job))
-        self.running[job.id] = Running(job, task)
+        entry = Running(job, asyncio.create_task(self._run_job(job)))
+        self.running[job.id] = entry
 
-    async def _run_job(self, job: Job) -> None:
-        task = self.app.tasks.get(job.task)
+    async def _run_job(self, job: JobRecord) -> None:
+        run = Run()
+        task: Task | None = None
+        await asyncio.sleep(0)  # let _start register the entry first
+        entry = self.running.get(job.id)
+        flag = entry.cancel if entry is not None else None
         try:
+            task = self.resolver.resolve(job.task)
+            if entry is not None:
+                entry.handler = task
             if task is None:
-                known = ", ".join(sorted(self.app.tasks)) or "none"
-                outcome = fail(
-                    job,
-                    f"UnknownTask: no handler named {job.task!r} in this "
-                    f"worker (registered: {known}); not retried",
+                raise UnknownTask(
+                    f"no handler for task {job.task!r} in worker {self.id} (it claimed the job "
+                    "by import path and could not import it)"
                 )
-            else:
-                entry = self.running.get(job.id)
-                flag = entry.cancel if entry is not None else None
-                result = await run_handler(task, job, self._pool, self._late_result, flag)
-                outcome = classify(task, job, result)
+            executor = self.executor
+            handler = task
+
+            def call() -> Any:
+                return executor.invoke(handler, job, flag, run)
+
+            run.result = await chain_execute(self.app.middleware, job, call)()
         except asyncio.CancelledError:
             entry = self._finished(job)
             if entry is None or entry.lost or entry.released or not entry.cancel.is_set():
                 return  # shutdown or a lost lease: nothing to record here
             outcome = cancelled(job)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: data, not a crash
+            run.exc = exc
+            entry = self._finished(job)
+            outcome = classify(task, job, run, self.app.middleware)
         else:
             entry = self._finished(job)
-            if entry is not None and entry.cancel.is_set():
-                outcome = cancelled(job)  # cancelled while running: that wins
+            outcome = classify(task, job, run, self.app.middleware)
+        if entry is not None and entry.cancel.is_set() and not entry.lost:
+            outcome = cancelled(job)  # cancelled while running: that wins
         if entry is None or entry.lost:
             return  # the lease is gone; someone else (or a newer run) owns the job now
-        self._log_outcome(job, outcome)
+        self._observe(job, outcome, run.duration_s)
         self.completer.add(outcome)
 
-    def _finished(self, job: Job) -> Running | None:
+    def _observe(self, job: JobRecord, o: Finalize, duration: float | None) -> None:
+        self._log_outcome(job, o)
+        for m in self.app.middleware:
+            try:
+                m.on_outcome(job, o, duration)
+            except Exception as exc:
+                log.error("middleware %s.on_outcome failed: %s", type(m).__name__, exc)
+
+    def _finished(self, job: JobRecord) -> Running | None:
         """Forget a run; ``None`` if a newer run of the same job replaced it."""
         entry = self.running.get(job.id)
         if entry is None or entry.job.lease_token != job.lease_token:
@@ -415,11 +558,9 @@ class Worker:
             self._slot_freed.set()
         return entry
 
-    def _late_result(self, task: Task, job: Job, outcome: Outcome) -> None:
+    def _late_result(self, task: Task, job: JobRecord, run: Run) -> None:
         """From a sync handler's thread, after its timeout was already recorded."""
-        if self._loop is None or self._loop.is_closed():
-            return
-        late = classify(task, job, outcome)
+        late = classify(task, job, run, self.app.middleware)
 
         def submit() -> None:
             log.warning(
@@ -431,23 +572,20 @@ class Worker:
             )
             self.completer.add(late)
 
-        try:
-            self._loop.call_soon_threadsafe(submit)
-        except RuntimeError:
-            pass
+        self._threadsafe(submit)
 
-    def _log_outcome(self, job: Job, o: Finalize) -> None:
-        if o.outcome == "retry":
+    def _log_outcome(self, job: JobRecord, o: Finalize) -> None:
+        if o.outcome == Outcome.RETRY:
             log.warning(
                 "job %d %s attempt %d/%d failed, retrying in %.1fs: %s",
                 job.id,
                 job.task,
                 job.attempts,
-                job.max_attempts,
+                o.max_attempts or job.max_attempts,
                 o.retry_in_s or 0,
                 o.error,
             )
-        elif o.outcome == "failed":
+        elif o.outcome == Outcome.FAILED:
             log.error("job %d %s failed: %s", job.id, job.task, o.error)
         else:
             log.debug("job %d %s %s", job.id, job.task, o.outcome)
@@ -455,12 +593,17 @@ class Worker:
     # -- recording outcomes ---------------------------------------------------------------
     async def _write_outcomes(self, batch: list[Finalize]) -> list[int]:
         accepted = await self._db(
-            "complete", self.app.backend.job_finalize_many, worker_id=self.id, outcomes=batch
+            "complete", self.backend.job_finalize_many, worker_id=self.id, outcomes=batch
         )
         # Jobs that left 'running' may have made room under a limit: claim again now
         # rather than at the next poll (other workers get a NOTIFY on PostgreSQL).
         self._wake.set()
         return accepted
+
+    async def _was_written(self, o: Finalize) -> bool:
+        return await self._db(
+            "complete", self.backend.job_outcome_written, outcome=o, worker_id=self.id
+        )
 
     def _outcome_written(self, o: Finalize, accepted: bool) -> None:
         if self.leases.get(o.job_id) == o.token:
@@ -472,105 +615,135 @@ class Worker:
         else:
             self.stats.counts["refused"] += 1
             log.warning(
-                "outcome %r of job %d refused: this worker no longer holds its lease",
+                "outcome %r of job %d refused: this worker no longer holds the job "
+                "(it was rescued after the worker was judged dead, or cancelled)",
                 o.outcome,
                 o.job_id,
             )
-
-    # -- leases ---------------------------------------------------------------------------
-    async def _heartbeat_loop(self) -> None:
-        cfg = self.config
-        while True:
-            # a cancel or stop request (NOTIFY "@cancel") brings it forward
-            await wait_event(self._hb_wake, cfg.heartbeat_every)
-            self._hb_wake.clear()
-            snapshot = [Lease(i, t) for i, t in self.leases.items()]
+        for m in self.app.middleware:
             try:
-                beat = await self._db(
-                    "heartbeat",
-                    self.app.backend.worker_heartbeat,
-                    worker=self._info,
-                    leases=snapshot,
-                    lease_s=cfg.lease_s,
-                )
+                m.on_written(o, accepted)
             except Exception as exc:
-                log.error(
-                    "heartbeat failed (leases expire in %gs unless renewed): %s", cfg.lease_s, exc
+                log.error("middleware %s.on_written failed: %s", type(m).__name__, exc)
+
+    # -- the heartbeat's client (called on the heartbeat thread) --------------------------
+    def leases_snapshot(self) -> dict[int, str]:
+        return self.leases.copy()
+
+    def loop_tick(self) -> float:
+        return self._tick
+
+    def blocking_jobs(self, frames: list[object]) -> str:
+        codes = {getattr(f, "f_code", None) for f in frames}
+        culprits = [
+            f"job {r.job.id} ({r.job.task})"
+            for r in list(self.running.values())
+            if r.handler is not None and getattr(r.handler.fn, "__code__", None) in codes
+        ]
+        return "blocked by " + ", ".join(culprits) if culprits else "no handler found on its stack"
+
+    def on_beat(self, beat: Heartbeat, before: dict[int, str]) -> None:
+        for job_id in beat.cancel:  # sync handlers see it even if the loop is blocked
+            entry = self.running.get(job_id)
+            if entry is not None:
+                entry.cancel.set()
+        self._threadsafe(functools.partial(self._handle_beat, beat, before))
+
+    def on_silence(self, silent_s: float) -> None:
+        log.error(
+            "no heartbeat reached the database for %.0fs: the cluster now counts this worker "
+            "as dead and runs its jobs elsewhere; stopping them here (their outcomes would be "
+            "refused anyway)",
+            silent_s,
+        )
+        self._threadsafe(self._lose_all)
+
+    def _lose_all(self) -> None:
+        for job_id in list(self.leases):
+            self._lose(job_id, "this worker could not heartbeat")
+
+    def _handle_beat(self, beat: Heartbeat, before: dict[int, str]) -> None:
+        if beat.resurrected:
+            log.warning(
+                "worker %s was judged dead and forgotten (no heartbeat for a long time); "
+                "it registered again",
+                self.id,
+            )
+        for job_id, token in before.items():
+            if beat.held.get(job_id) != token and self.leases.get(job_id) == token:
+                self._lose(
+                    job_id, "rescued after this worker was judged dead, or finished elsewhere"
                 )
-                continue
-            held = set(beat.held)
-            for lease in snapshot:
-                if lease.job_id not in held and self.leases.get(lease.job_id) == lease.token:
-                    self._lose(lease.job_id)
-            for job_id in beat.cancel:
-                self._cancel(job_id)
-            if beat.stop and not self._stopping:
-                log.info("worker %s: stop requested by an operator", self.id)
-                self._begin_stop(False)
+        for job_id in beat.cancel:
+            self._cancel(job_id)
+        if beat.stop and not self._stopping:
+            log.info("worker %s: stop requested by an operator", self.id)
+            self._begin_stop(False)
+        self._check_schema(beat)
+        self._release_unknown(beat)
+
+    def _check_schema(self, beat: Heartbeat) -> None:
+        if beat.schema_version > self._schema and not self._stopping:
+            log.error(
+                "the database schema is now version %d, newer than this worker's code knows "
+                "(%d): this worker stops claiming and exits; upgrade it and start it again",
+                beat.schema_version,
+                self._schema,
+            )
+            self.exit_code = 3
+            self._begin_stop(False)
+
+    def _release_unknown(self, beat: Heartbeat) -> None:
+        """Jobs the database says this worker holds, which it does not run (an
+        outcome it could not store, a claim whose answer was lost): after two beats
+        in a row, give them back."""
+        unknown = {
+            jid
+            for jid in beat.held
+            if jid not in self.leases and jid not in self.running and not self.completer.holds(jid)
+        }
+        again = unknown & self._unknown
+        self._unknown = unknown - again
+        if again:
+            leases = [Lease(jid, beat.held[jid]) for jid in sorted(again)]
+            log.warning("giving back %d job(s) this worker holds but does not run", len(leases))
+
+            async def release() -> None:
+                try:
+                    await self._db(
+                        "complete", self.backend.job_release_many, worker_id=self.id, leases=leases
+                    )
+                except Exception as exc:
+                    log.error("could not give back jobs: %s", exc)
+
+            asyncio.get_running_loop().create_task(release())
 
     def _cancel(self, job_id: int) -> None:
         entry = self.running.get(job_id)
-        if entry is None or entry.cancel.is_set():
+        if entry is None or entry.task.done():
             return
         log.info("job %d %s: cancellation requested; cancelling it", job_id, entry.job.task)
         entry.cancel.set()  # what a sync handler sees through cancel_requested()
-        entry.task.cancel()  # an async handler is interrupted; a sync one is let go
+        if not entry.cancelling:
+            entry.cancelling = True
+            entry.task.cancel()  # an async handler is interrupted; a sync one is let go
 
-    def _lose(self, job_id: int) -> None:
+    def _lose(self, job_id: int, why: str) -> None:
         self.leases.pop(job_id, None)
         entry = self.running.get(job_id)
         if entry is not None:
-            self._abandon(entry, "expired and rescued, or finished elsewhere")
+            self._abandon(entry, why)
 
     def _abandon(self, entry: Running, why: str) -> None:
         self.stats.counts["lost"] += 1
-        log.warning("lost the lease of job %d (%s); stopping it here", entry.job.id, why)
+        log.warning("lost job %d (%s); stopping it here", entry.job.id, why)
         entry.lost = True
+        entry.cancel.set()  # a sync handler sees cancel_requested() turn true
         entry.task.cancel()
         if self.running.get(entry.job.id) is entry:
             del self.running[entry.job.id]
-
-    async def _maintenance_loop(self) -> None:
-        service = Maintenance(
-            self.app.backend,
-            stale_worker_s=max(300.0, 10 * self.config.lease_s),
-            aging_s=self.app.priority_aging_s,
-            max_boost=self.app.priority_max_boost,
-            retention=self.app.retention,
-        )
-        while True:
-            try:
-                await self._db("maintenance", service.step)
-            except Exception as exc:
-                log.error("maintenance pass failed: %s", exc)
-            await asyncio.sleep(self.config.maintenance_s)
-
-    async def _cron_loop(self) -> None:
-        """Enqueue the due ticks of periodic tasks, just after every second."""
-        if not self.app.periodics:
-            return
-        service = CronService(self.app)
-        while True:
-            try:
-                await self._db("maintenance", service.step)
-            except Exception as exc:
-                log.error("cron pass (periodic tasks) failed: %s", exc)
-            await asyncio.sleep(1.005 - time.time() % 1.0)
-
-    async def _flow_loop(self) -> None:
-        """The batch aggregator and chain advancer; acts only while leader."""
-        cfg = self.config
-        service = FlowService(self.app.backend, holder=self.id, ttl_s=cfg.flow_ttl_s)
-        self._flow = service
-        while True:
-            self._flow_wake.clear()
-            try:
-                await self._db("flow", service.step)
-            except Exception as exc:
-                log.error("flow pass (batches, chains) failed: %s", exc)
-            # The leader wakes on "@flow" hints; the others only poll for the lease.
-            wait = cfg.flow_poll_s if service.is_leader else cfg.flow_ttl_s / 3
-            await wait_event(self._flow_wake, wait)
+            if self._free() >= self._slot_need:
+                self._slot_freed.set()
 
     # -- shutdown -------------------------------------------------------------------------
     async def _drain(self) -> None:
@@ -578,10 +751,10 @@ class Worker:
         cfg = self.config
         if self.running and not self._hard:
             log.info("waiting up to %gs for %d running job(s)", cfg.grace_s, len(self.running))
-            finished = asyncio.gather(
+            finished: asyncio.Future[Any] = asyncio.gather(
                 *(r.task for r in self.running.values()), return_exceptions=True
             )
-            hard = asyncio.create_task(self._hard_event.wait())
+            hard: asyncio.Future[Any] = asyncio.ensure_future(self._hard_event.wait())
             await asyncio.wait(
                 [finished, hard], timeout=cfg.grace_s, return_when=asyncio.FIRST_COMPLETED
             )
@@ -591,12 +764,19 @@ class Worker:
             leases = [Lease(r.job.id, r.job.lease_token or "") for r in remaining]
             for r in remaining:
                 r.released = True
+                r.cancel.set()
                 r.task.cancel()
             await asyncio.gather(*(r.task for r in remaining), return_exceptions=True)
-            released = await self._db("complete", self.app.backend.job_release_many, leases=leases)
+            try:
+                released = await self._db(
+                    "complete", self.backend.job_release_many, worker_id=self.id, leases=leases
+                )
+            except Exception as exc:
+                released = []
+                log.error("could not release %d job(s): %s", len(leases), exc)
             for le in leases:
                 self.leases.pop(le.job_id, None)
-            self.stats.counts["released"] += len(released)
+            self.stats.counts[Outcome.RELEASED] += len(released)
             log.info(
                 "released %d unfinished job(s) back to the queue without using an attempt",
                 len(released),

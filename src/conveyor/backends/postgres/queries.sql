@@ -40,7 +40,8 @@ WITH t AS (
            coalesce(i.rate_per_s, %(rate_per_s_all)s::float8) AS rate_per_s,
            coalesce(i.rate_burst, %(rate_burst_all)s::float8) AS rate_burst,
            coalesce(i.pinned_to, %(pinned_to_all)s::jsonb) AS pinned_to,
-           coalesce(i.spread_group, %(spread_group_all)s::text) AS spread_group
+           coalesce(i.spread_group, %(spread_group_all)s::text) AS spread_group,
+           coalesce(i.tenant, %(tenant_all)s::text) AS tenant
     FROM unnest(%(args)b::text[]::jsonb[], %(queue)b::text[], %(task)b::text[],
                 %(priority)b::int[], %(max_attempts)b::int[], %(timeout_s)b::float8[],
                 %(backoff)b::text[]::jsonb[], %(unique_key)b::text[],
@@ -48,23 +49,23 @@ WITH t AS (
                 %(stage)b::text[], %(context)b::text[]::jsonb[], %(chain)b::text[]::jsonb[],
                 %(chain_root)b::bigint[], %(concurrency_key)b::text[], %(concurrency_limit)b::int[],
                 %(rate_key)b::text[], %(rate_per_s)b::float8[], %(rate_burst)b::float8[],
-                %(pinned_to)b::text[]::jsonb[], %(spread_group)b::text[])
+                %(pinned_to)b::text[]::jsonb[], %(spread_group)b::text[], %(tenant)b::text[])
          WITH ORDINALITY AS i(args, queue, task, priority, max_attempts, timeout_s, backoff,
                               unique_key, idempotency_key, delay_s, batch_id, stage, context,
                               chain, chain_root, concurrency_key, concurrency_limit, rate_key,
-                              rate_per_s, rate_burst, pinned_to, spread_group, ord)
+                              rate_per_s, rate_burst, pinned_to, spread_group, tenant, ord)
 ), ins AS (
     INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                                backoff, unique_key, idempotency_key, batch_id, stage, context,
                                chain, chain_root, concurrency_key, concurrency_limit,
                                rate_key, rate_per_s, rate_burst, pinned_to, spread_group,
-                               created_at, scheduled_at)
+                               tenant, created_at, scheduled_at)
     SELECT v.queue, v.task, v.args,
            CASE WHEN v.delay_s > 0 THEN 'scheduled' ELSE 'available' END,
            v.priority, v.max_attempts, v.timeout_s, v.backoff, v.unique_key, v.idempotency_key,
            v.batch_id, v.stage, v.context, v.chain, v.chain_root, v.concurrency_key,
            v.concurrency_limit, v.rate_key, v.rate_per_s, v.rate_burst, v.pinned_to,
-           v.spread_group,
+           v.spread_group, v.tenant,
            t.now, t.now + make_interval(secs => v.delay_s)
     FROM v, t
     ORDER BY v.ord
@@ -75,31 +76,26 @@ WITH t AS (
 )
 SELECT id, unique_key, idempotency_key, (SELECT count(*) FROM woken) AS notified FROM ins
 
--- name: job_find_by_keys
--- Existing jobs behind keys that conflicted: idempotency keys forever, unique keys
--- only while unfinished (the same predicate as the partial unique index).
-SELECT id, unique_key, idempotency_key FROM conveyor_jobs
-WHERE idempotency_key = ANY(%(idempotency_keys)s::text[])
-   OR (unique_key = ANY(%(unique_keys)s::text[])
-       AND state IN ('scheduled', 'available', 'running'))
-
-
-
--- name: job_fetch_available
+-- name: job_claim
 -- Claim: SKIP LOCKED lets many workers claim concurrently without waiting on
 -- one another. One LATERAL probe per queue keeps each an ordered walk of the
 -- fetch index (queue = ANY(...) with ORDER BY would sort every claimable row on
 -- PG 15); the outer LIMIT stops pulling, and locking, once enough are found.
 -- The worker rotates the queue order between claims so no queue starves.
 -- Due scheduled jobs are claimable directly: a retry or delay does not wait for
--- the scheduler's next pass. JSON columns come back as text: decoding str is
--- cheaper than psycopg's bytes path, and the backend decodes them itself.
+-- the scheduler's next pass. A worker takes only tasks it has handlers for
+-- (%(tasks)s; NULL: any). A claim from code older than the schema takes nothing
+-- (newer rules, say pinning, must not be bypassed during a rolling upgrade).
+-- The job is the worker's while the worker heartbeats; lease_s, when given,
+-- is a deadline of its own (clients that hold jobs without heartbeating).
+-- JSON columns come back as text: the backend decodes them itself.
 WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), picked AS (
     SELECT c.id
     FROM (SELECT name FROM unnest(%(queues)b::text[]) AS u(name)
           WHERE NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = u.name AND p.paused)
+            AND (SELECT max(version) FROM conveyor_schema_version) <= %(schema_version)s
          ) AS q, t,
          LATERAL (
              SELECT id FROM conveyor_jobs
@@ -107,7 +103,8 @@ WITH t AS (
                AND state IN ('available', 'scheduled')
                AND scheduled_at <= t.now
                AND concurrency_key IS NULL AND rate_key IS NULL  -- those, and placed jobs:
-               AND pinned_to IS NULL AND spread_group IS NULL    -- job_fetch_limited
+               AND pinned_to IS NULL AND spread_group IS NULL    -- job_claim_limited
+               AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
              ORDER BY priority DESC, scheduled_at, id
              LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED
@@ -119,16 +116,16 @@ SET state = 'running',
     attempt = j.attempt + 1,
     lease_owner = %(worker_id)s,
     lease_token = gen_random_uuid()::text,
-    lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
+    lease_expires_at = t.now + make_interval(secs => %(lease_s)s::float8),
     started_at = t.now,
     error = NULL
 FROM picked, t
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
-          j.idempotency_key, NULL::text AS result, j.error, j.lease_owner, j.lease_token,
-          j.lease_expires_at, j.created_at, j.scheduled_at, j.started_at, j.finished_at,
-          j.batch_id, j.context::text AS context, j.chain_root
+          j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
+          j.scheduled_at, j.started_at, j.finished_at, j.batch_id, j.context::text AS context,
+          j.chain_root, j.tenant, j.base_priority
 
 -- name: job_finalize_many
 -- Fencing: a row is only touched while it is still running under the token the
@@ -136,7 +133,11 @@ RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.at
 -- Columns the same for the whole batch of outcomes travel as scalars (see
 -- job_insert_many). Outcome "stage" moves the job to its next stage with a
 -- fresh attempt count. Jobs that became available wake workers of their queue;
--- finished jobs of a batch or chain wake the flow service ("@flow").
+-- finished jobs of a batch or chain wake the flow service ("@flow"); any
+-- finished job hints waiters on the events channel. A cancel request ends with
+-- the run it was for; a job whose cancel was requested ends cancelled unless it
+-- failed, whatever its handler returned (its worker had not seen the request
+-- yet). An error classifier may allow more attempts (max_attempts).
 WITH i AS (
     SELECT u.id, u.token,
            coalesce(u.state, %(state_all)s::text) AS state,
@@ -149,31 +150,41 @@ WITH i AS (
            coalesce(u.ran_stage, %(ran_stage_all)s::text) AS ran_stage,
            coalesce(u.next_stage, %(next_stage_all)s::text) AS next_stage,
            coalesce(u.context, %(context_json_all)s::jsonb) AS context,
-           coalesce(u.priority, %(priority_all)s::int) AS priority
+           coalesce(u.priority, %(priority_all)s::int) AS priority,
+           coalesce(u.max_attempts, %(max_attempts_all)s::int) AS max_attempts
     FROM unnest(%(id)b::bigint[], %(token)b::text[], %(state)b::text[], %(outcome)b::text[],
                 %(result_json)b::text[]::jsonb[], %(error)b::text[], %(traceback)b::text[],
                 %(retry_in_s)b::float8[], %(ran_attempt)b::int[], %(ran_stage)b::text[],
-                %(next_stage)b::text[], %(context_json)b::text[]::jsonb[], %(priority)b::int[])
+                %(next_stage)b::text[], %(context_json)b::text[]::jsonb[], %(priority)b::int[],
+                %(max_attempts)b::int[])
          AS u(id, token, state, outcome, result, error, traceback, retry_in_s, ran_attempt,
-              ran_stage, next_stage, context, priority)
+              ran_stage, next_stage, context, priority, max_attempts)
 ), t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), done AS (
     UPDATE conveyor_jobs j
-    SET state = i.state,
+    SET state = CASE WHEN j.cancel_requested AND i.state <> 'failed' THEN 'cancelled'
+                     ELSE i.state END,
         result = i.result,
-        error = i.error,
+        error = CASE WHEN j.cancel_requested AND i.state NOT IN ('failed', 'cancelled')
+                     THEN 'cancelled while running (it finished before its worker learned)'
+                     ELSE i.error END,
         scheduled_at = CASE WHEN i.state = 'scheduled'
                             THEN t.now + make_interval(secs => coalesce(i.retry_in_s, 0))
                             WHEN i.outcome = 'stage' THEN t.now
                             ELSE j.scheduled_at END,
-        finished_at = CASE WHEN i.state IN ('succeeded', 'failed', 'cancelled') THEN t.now END,
-        stage = CASE WHEN i.outcome = 'stage' THEN i.next_stage ELSE j.stage END,
-        context = CASE WHEN i.outcome = 'stage' THEN i.context ELSE j.context END,
+        finished_at = CASE WHEN i.state IN ('succeeded', 'failed', 'cancelled')
+                             OR j.cancel_requested THEN t.now END,
+        stage = CASE WHEN i.outcome = 'stage' AND NOT j.cancel_requested THEN i.next_stage
+                     ELSE j.stage END,
+        context = CASE WHEN i.outcome = 'stage' AND NOT j.cancel_requested THEN i.context
+                       ELSE j.context END,
         attempt = CASE WHEN i.outcome = 'stage' THEN 0
                        WHEN i.outcome = 'snoozed' THEN greatest(j.attempt - 1, 0)
                        ELSE j.attempt END,
         priority = coalesce(i.priority, j.priority),
+        max_attempts = coalesce(i.max_attempts, j.max_attempts),
+        cancel_requested = false,
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM i, t
     -- A lease token is non-null only while the job runs (claims set it, every way
@@ -181,7 +192,7 @@ WITH i AS (
     -- "state = 'running'": that matches the partial lease index, and a generic
     -- plan after an ANALYZE that saw no running jobs then nested-loops over them.
     WHERE j.id = i.id AND j.lease_token = i.token
-    RETURNING j.id, j.queue, j.state, j.attempt, j.started_at,
+    RETURNING j.id, j.queue, j.state, j.attempt, j.started_at, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), woken AS (
     SELECT pg_notify(%(channel)s, q) FROM (
@@ -194,79 +205,100 @@ WITH i AS (
         UNION
         SELECT '@flow' FROM done WHERE flow AND state IN ('succeeded', 'failed', 'cancelled')
     ) s
+), hinted AS (
+    SELECT pg_notify(%(events)s, 'done')
+    WHERE EXISTS (SELECT 1 FROM done WHERE state IN ('succeeded', 'failed', 'cancelled'))
 ), logged AS (
     INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
                                    outcome, error, traceback)
-    SELECT done.id, coalesce(i.ran_attempt, done.attempt), i.ran_stage, %(worker_id)s, done.started_at, t.now,
-           i.outcome, i.error, i.traceback
+    SELECT done.id, coalesce(i.ran_attempt, done.attempt), i.ran_stage, %(worker_id)s,
+           done.started_at, t.now,
+           CASE WHEN done.state = 'cancelled' THEN 'cancelled' ELSE i.outcome END,
+           CASE WHEN done.state = 'cancelled' AND i.state <> 'cancelled' THEN done.error
+                ELSE i.error END,
+           i.traceback
     FROM done JOIN i ON i.id = done.id, t
     RETURNING job_id
 )
-SELECT job_id, (SELECT count(*) FROM woken) AS notified FROM logged
+SELECT job_id, (SELECT count(*) FROM woken) + (SELECT count(*) FROM hinted) AS notified
+FROM logged
 
 -- name: job_release_many
--- Graceful shutdown: give the job back and un-count the attempt it was on.
+-- Graceful shutdown: give the job back and un-count the attempt it was on; the
+-- attempt log keeps a "released" line, so the interrupted run leaves a trace.
 WITH released AS (
     UPDATE conveyor_jobs j
     SET state = 'available', attempt = greatest(j.attempt - 1, 0),
-        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        cancel_requested = false
     FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
     WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.attempt + 1 AS ran, j.stage, j.started_at
+), logged AS (
+    INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
+                                   outcome, error)
+    SELECT id, ran, stage, %(worker_id)s, started_at, coalesce(%(now)s::timestamptz, now()),
+           'released', 'released at worker shutdown; the attempt does not count'
+    FROM released
 ), woken AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue AS q FROM released) s
 )
 SELECT id, (SELECT count(*) FROM woken) AS notified FROM released
 
--- name: job_heartbeat
--- All of a worker's leases in one statement; rows missing from the result were
--- lost (rescued, or finished by someone else) and the worker must stop them.
--- cancel_requested tells the worker to cancel that run.
-UPDATE conveyor_jobs j
-SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_s)s)
-FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
-WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
-RETURNING j.id, j.cancel_requested
+-- name: worker_heartbeat
+-- One row written per heartbeat, however many jobs the worker runs: a job is
+-- the worker's as long as the worker is alive (job_rescue). The same statement
+-- reads back what the worker holds (a job missing, or under another token, was
+-- lost: rescued after the worker was judged dead, or finished elsewhere), which
+-- of its jobs an operator wants cancelled, whether it should stop, and the
+-- schema version (a newer one: this code must stop claiming). "inserted" says
+-- the row had been removed (judged dead long ago and pruned).
+WITH me AS (
+    INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, tags, tasks,
+                                  started_at, last_seen_at)
+    VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tags)s,
+            %(tasks)s::jsonb, coalesce(%(now)s::timestamptz, now()),
+            coalesce(%(now)s::timestamptz, now()))
+    ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+    RETURNING stop_requested, (xmax = 0) AS inserted
+)
+SELECT me.stop_requested, me.inserted,
+       (SELECT max(version) FROM conveyor_schema_version) AS schema_version,
+       (SELECT coalesce(json_agg(json_build_array(id, lease_token, cancel_requested)), '[]')::text
+        FROM conveyor_jobs WHERE lease_owner = %(id)s AND state = 'running') AS held
+FROM me
 
--- name: worker_upsert
-INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, tags, started_at,
-                              last_seen_at)
-VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(tags)s,
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-RETURNING stop_requested
-
--- name: worker_delete
-DELETE FROM conveyor_workers WHERE id = %(id)s
-
--- name: worker_prune_stale
-DELETE FROM conveyor_workers
-WHERE last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
-
--- name: worker_list
-SELECT * FROM conveyor_workers ORDER BY started_at
-
--- name: job_rescue_expired
--- Expired leases: the holder stopped renewing (crashed, hung, partitioned).
--- The attempt it was on still counts, so a job that kills its worker every time
--- ends failed after max_attempts instead of looping forever.
-WITH expired AS (
-    SELECT id, lease_owner, started_at FROM conveyor_jobs
-    WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), t AS (
+-- name: job_rescue
+-- Running jobs whose worker went silent (no heartbeat for worker_ttl_s: crashed,
+-- hung, cut off) or was removed, and held jobs past their own deadline. Jobs of a
+-- live worker are never rescued, however long they run. The attempt a rescued
+-- job was on still counts, so a job that kills its worker every time ends
+-- failed after max_attempts instead of looping forever.
+WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), expired AS (
+    SELECT j.id, j.lease_owner, j.started_at,
+           CASE WHEN j.lease_expires_at < t.now THEN 'was held past its deadline'
+                ELSE 'stopped heartbeating' END AS why
+    FROM conveyor_jobs j, t
+    WHERE j.state = 'running'
+      AND (j.lease_expires_at < t.now
+           OR (j.lease_expires_at IS NULL AND NOT EXISTS (
+                   SELECT 1 FROM conveyor_workers w
+                   WHERE w.id = j.lease_owner
+                     AND w.last_seen_at >= t.now - make_interval(secs => %(worker_ttl_s)s))))
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
 ), moved AS (
     UPDATE conveyor_jobs j
     SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'available' END,
-        error = CASE WHEN j.attempt >= j.max_attempts
-                     THEN format('lease lost on attempt %%s of %%s (worker %%s stopped renewing it); '
-                                 'no attempts left, giving up', j.attempt, j.max_attempts, e.lease_owner)
-                     ELSE format('lease lost on attempt %%s of %%s (worker %%s stopped renewing it); '
-                                 'requeued', j.attempt, j.max_attempts, e.lease_owner) END,
+        error = format('lease lost on attempt %%s of %%s (worker %%s %%s); %%s',
+                       j.attempt, j.max_attempts, e.lease_owner, e.why,
+                       CASE WHEN j.attempt >= j.max_attempts THEN 'no attempts left, giving up'
+                            ELSE 'requeued' END),
         finished_at = CASE WHEN j.attempt >= j.max_attempts THEN t.now END,
+        cancel_requested = false,
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM expired e, t
     WHERE j.id = e.id
@@ -283,59 +315,24 @@ WITH expired AS (
         UNION
         SELECT '@flow' FROM moved WHERE flow AND state = 'failed'
     ) s
+), hinted AS (
+    SELECT pg_notify(%(events)s, 'done') WHERE EXISTS (SELECT 1 FROM moved WHERE state = 'failed')
 )
-SELECT id, state, (SELECT count(*) FROM woken) AS notified FROM moved
+SELECT id, state, (SELECT count(*) FROM woken) + (SELECT count(*) FROM hinted) AS notified
+FROM moved
 
 -- name: job_schedule_due
+-- Due scheduled jobs become available (claims also take due scheduled jobs
+-- directly; this keeps counts and views honest). The backend wakes their queues.
 WITH due AS (
     SELECT id FROM conveyor_jobs
     WHERE state = 'scheduled' AND scheduled_at <= coalesce(%(now)s::timestamptz, now())
     ORDER BY scheduled_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), moved AS (
-    UPDATE conveyor_jobs j SET state = 'available' FROM due WHERE j.id = due.id
-    RETURNING j.queue
-), woken AS (
-    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue AS q FROM moved) s
 )
-SELECT count(*) AS n, (SELECT count(*) FROM woken) AS notified FROM moved
-
--- name: job_get
-SELECT * FROM conveyor_jobs WHERE id = %(id)s
-
--- name: job_list
-SELECT * FROM conveyor_jobs
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_attempts
-SELECT * FROM conveyor_attempts WHERE job_id = %(id)s ORDER BY id
-
--- name: job_retry
--- Operator retry: allow at least one more attempt than were made.
-WITH moved AS (
-    UPDATE conveyor_jobs
-    SET state = 'available', max_attempts = greatest(max_attempts, attempt + 1),
-        scheduled_at = coalesce(%(now)s::timestamptz, now()), finished_at = NULL
-    WHERE id = %(id)s AND state IN ('failed', 'cancelled')
-    RETURNING queue
-)
-SELECT pg_notify(%(channel)s, queue) FROM moved
-
--- name: job_cancel
-UPDATE conveyor_jobs
-SET state = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
-    error = 'cancelled before it started'
-WHERE id = %(id)s AND state IN ('scheduled', 'available')
-RETURNING id
-
--- name: queue_counts
-SELECT queue, state, count(*) AS n FROM conveyor_jobs GROUP BY queue, state ORDER BY queue, state
+UPDATE conveyor_jobs j SET state = 'available' FROM due WHERE j.id = due.id
+RETURNING j.queue
 
 -- name: schema_version_table
 CREATE TABLE IF NOT EXISTS conveyor_schema_version (
@@ -344,172 +341,18 @@ CREATE TABLE IF NOT EXISTS conveyor_schema_version (
     applied_at timestamptz NOT NULL DEFAULT now()
 )
 
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM conveyor_schema_version
-
 -- name: schema_version_exists
-SELECT to_regclass('conveyor_schema_version') IS NOT NULL
-
--- name: schema_version_insert
-INSERT INTO conveyor_schema_version (version, name) VALUES (%(version)s, %(name)s)
+SELECT to_regclass('conveyor_schema_version') IS NOT NULL AS present
 
 -- name: migration_lock
 -- Two processes migrating at once: the second waits, then finds nothing to do.
 SELECT pg_advisory_xact_lock(7262837501)
 
--- name: batch_insert
--- ON CONFLICT on the idempotency key: a request seen before returns no row,
--- and the backend then returns the existing batch without inserting jobs.
-INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete, created_at)
-VALUES (%(name)s, %(task)s, %(total)s, 'running', %(idempotency_key)s, %(on_complete)s::jsonb,
-        coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT DO NOTHING
-RETURNING id
-
--- name: batch_find_by_key
-SELECT id FROM conveyor_batches WHERE idempotency_key = %(idempotency_key)s
-
--- name: batch_get
-SELECT * FROM conveyor_batches WHERE id = %(id)s
-
--- name: batch_list
-SELECT * FROM conveyor_batches
-WHERE (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: batch_progress
--- One GROUP BY over the (batch_id, state) index: no counters on the batch row.
-SELECT state, count(*) AS n FROM conveyor_jobs WHERE batch_id = %(id)s GROUP BY state
-
--- name: batch_finished_jobs
-SELECT * FROM conveyor_jobs
-WHERE batch_id = %(id)s AND state IN ('succeeded', 'failed', 'cancelled')
-  AND (finished_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
-ORDER BY finished_at, id
-LIMIT %(limit)s
-
--- name: batch_jobs
-SELECT * FROM conveyor_jobs WHERE batch_id = %(id)s ORDER BY id
-
--- name: batch_cancel
--- Pending jobs are cancelled now; running ones finish; the aggregator then
--- closes the batch as cancelled (cancelled_at) and runs no callback.
-WITH b AS (
-    UPDATE conveyor_batches SET cancelled_at = coalesce(%(now)s::timestamptz, now())
-    WHERE id = %(id)s AND state = 'running'
-    RETURNING id
-), cancelled AS (
-    UPDATE conveyor_jobs j
-    SET state = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
-        error = 'cancelled with its batch'
-    FROM b
-    WHERE j.batch_id = b.id AND j.state IN ('scheduled', 'available')
-    RETURNING j.id
-), woken AS (
-    SELECT pg_notify(%(channel)s, '@flow') FROM b
-)
-SELECT (SELECT count(*) FROM cancelled) AS n, (SELECT count(*) FROM woken) AS notified
-
--- name: batch_retry_failed
--- Reopen the batch (state running, a new closing number keys the next callback)
--- and give each failed job one more attempt.
-WITH b AS (
-    UPDATE conveyor_batches SET state = 'running', finished_at = NULL, counts = NULL,
-                                cancelled_at = NULL
-    WHERE id = %(id)s AND EXISTS (SELECT 1 FROM conveyor_jobs
-                                  WHERE batch_id = %(id)s AND state = 'failed')
-    RETURNING id
-), moved AS (
-    UPDATE conveyor_jobs j
-    SET state = 'available', max_attempts = greatest(j.max_attempts, j.attempt + 1),
-        scheduled_at = coalesce(%(now)s::timestamptz, now()), finished_at = NULL
-    FROM b
-    WHERE j.batch_id = b.id AND j.state = 'failed'
-    RETURNING j.queue
-), woken AS (
-    SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue AS q FROM moved) s
-)
-SELECT (SELECT count(*) FROM moved) AS n, (SELECT count(*) FROM woken) AS notified
-
--- name: batch_ready
-SELECT b.id FROM conveyor_batches b
-WHERE b.state = 'running'
-  AND NOT EXISTS (SELECT 1 FROM conveyor_jobs j
-                  WHERE j.batch_id = b.id AND j.state IN ('scheduled', 'available', 'running'))
-ORDER BY b.id
-LIMIT %(limit)s
-
--- name: batch_lock_open
--- Row lock for the closing transaction: a second aggregator (a leader handover
--- overlap) waits here and then finds the batch closed.
-SELECT * FROM conveyor_batches WHERE id = %(id)s AND state = 'running' FOR UPDATE
-
--- name: batch_mark_closed
-UPDATE conveyor_batches
-SET state = %(state)s, counts = %(counts)s::jsonb, closings = closings + 1,
-    finished_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(id)s AND state = 'running'
-RETURNING *
-
--- name: job_chain_append
--- Steps are added to the tail; refused once the flow service advanced the job.
-UPDATE conveyor_jobs SET chain = coalesce(chain, '[]'::jsonb) || %(steps)s::jsonb
-WHERE id = %(id)s AND chain_next IS NULL
-RETURNING id
-
--- name: job_chain_due
-SELECT id, state, result::text AS result, error, chain::text AS chain, chain_root
-FROM conveyor_jobs
-WHERE chain IS NOT NULL AND chain_next IS NULL AND state IN ('succeeded', 'failed', 'cancelled')
-ORDER BY id
-LIMIT %(limit)s
-
--- name: job_chain_link
--- 0 marks a chain that ended here (a failed or cancelled step).
-UPDATE conveyor_jobs SET chain_next = %(next_id)s WHERE id = %(id)s AND chain_next IS NULL
-RETURNING id
-
--- name: leader_attempt_elect
--- Take the lease if it is free or expired, renew it if it is ours.
-INSERT INTO conveyor_leaders (name, holder, expires_at)
-VALUES (%(name)s, %(holder)s, coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(ttl_s)s))
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE conveyor_leaders.holder = excluded.holder
-   OR conveyor_leaders.expires_at < coalesce(%(now)s::timestamptz, now())
-RETURNING holder
-
--- name: leader_resign
-DELETE FROM conveyor_leaders WHERE name = %(name)s AND holder = %(holder)s
-
--- name: job_request_cancel
--- A running job cannot be stopped from here: flag it, and its worker cancels it
--- at its next heartbeat (sooner: the NOTIFY wakes that heartbeat).
-WITH flagged AS (
-    UPDATE conveyor_jobs SET cancel_requested = true
-    WHERE id = %(id)s AND state = 'running'
-    RETURNING id
-)
-SELECT id, (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '@cancel') FROM flagged) n) AS notified
-FROM flagged
-
--- name: worker_request_stop
-WITH flagged AS (
-    UPDATE conveyor_workers SET stop_requested = true WHERE id = %(id)s RETURNING id
-)
-SELECT id, (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, '@cancel') FROM flagged) n) AS notified
-FROM flagged
-
--- name: queue_set_paused
-INSERT INTO conveyor_queues (name, paused, updated_at)
-VALUES (%(name)s, %(paused)s, coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
-
 -- name: queue_list
 -- Every queue that has jobs or settings, with its counts per state.
 SELECT coalesce(c.queue, q.name) AS name, coalesce(q.paused, false) AS paused,
-       coalesce(c.counts, '{}'::jsonb)::text AS counts, q.max_running
+       coalesce(c.counts, '{}'::jsonb)::text AS counts, q.max_running, q.rate_per_s,
+       q.rate_burst
 FROM (SELECT queue, jsonb_object_agg(state, n) AS counts
       FROM (SELECT queue, state, count(*) AS n FROM conveyor_jobs GROUP BY queue, state) s
       GROUP BY queue) c
@@ -540,40 +383,6 @@ FROM due
 WHERE j.id = due.id AND j.priority < due.target
 RETURNING j.id
 
--- name: job_prune
--- Retention: finished jobs older than the cutoff, a small batch at a time, never
--- a job of an open batch or a chain link not yet advanced.
-WITH doomed AS (
-    SELECT j.id FROM conveyor_jobs j
-    WHERE j.state = %(state)s
-      AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
-      AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
-      AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
-    ORDER BY j.id
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
-), attempts AS (
-    DELETE FROM conveyor_attempts a USING doomed WHERE a.job_id = doomed.id
-)
-DELETE FROM conveyor_jobs j USING doomed WHERE j.id = doomed.id
-RETURNING j.id
-
--- name: job_prune_count
-SELECT count(*) AS n FROM conveyor_jobs j
-WHERE j.state = %(state)s
-  AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
-  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
-
--- name: queue_limits
-SELECT name, max_running, keyed, rate_per_s, rate_burst FROM conveyor_queues
-WHERE name = ANY(%(queues)s::text[])
-
--- name: queue_set_limit
-INSERT INTO conveyor_queues (name, max_running, updated_at)
-VALUES (%(name)s, %(max_running)s, coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at
-
 -- name: queue_mark_keyed
 INSERT INTO conveyor_queues (name, keyed, updated_at)
 SELECT q, true, now() FROM unnest(%(queues)s::text[]) AS q
@@ -585,7 +394,7 @@ ON CONFLICT (name) DO UPDATE SET keyed = true WHERE NOT conveyor_queues.keyed
 -- after the previous limited claim committed, so its counts are current.
 SELECT pg_advisory_xact_lock(7262837502)
 
--- name: job_fetch_limited
+-- name: job_claim_limited
 -- One queue under limits: at most max_running running in the queue, and at most
 -- concurrency_limit running per concurrency_key (across all queues). Candidates
 -- are ranked per key; a candidate fits if its rank plus the key's running count
@@ -602,6 +411,8 @@ WITH t AS (
     FROM conveyor_jobs j, t
     WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled') AND j.scheduled_at <= t.now
       AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = %(queue)s AND p.paused)
+      AND (SELECT max(version) FROM conveyor_schema_version) <= %(schema_version)s
+      AND (%(tasks)s::text[] IS NULL OR j.task = ANY(%(tasks)s::text[]))
       -- pinned: one of the job's ids/tags must be this worker's id or one of its tags
       AND (j.pinned_to IS NULL OR j.pinned_to ?| %(identity)s::text[])
       -- spread: not if this worker runs, or has run, another job of the group
@@ -659,17 +470,17 @@ SET state = 'running',
     attempt = j.attempt + 1,
     lease_owner = %(worker_id)s,
     lease_token = gen_random_uuid()::text,
-    lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
+    lease_expires_at = t.now + make_interval(secs => %(lease_s)s::float8),
     started_at = t.now,
     error = NULL
 FROM picked, t
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
-          j.idempotency_key, NULL::text AS result, j.error, j.lease_owner, j.lease_token,
-          j.lease_expires_at, j.created_at, j.scheduled_at, j.started_at, j.finished_at,
-          j.batch_id, j.context::text AS context, j.chain_root, j.concurrency_key,
-          j.rate_key, j.rate_per_s, j.rate_burst
+          j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
+          j.scheduled_at, j.started_at, j.finished_at, j.batch_id, j.context::text AS context,
+          j.chain_root, j.tenant, j.base_priority, j.concurrency_key, j.rate_key, j.rate_per_s,
+          j.rate_burst, j.pinned_to::text AS pinned_to
 
 -- name: rate_spend
 -- Take `taken` tokens from a bucket, refilling it first for the time elapsed.
@@ -681,8 +492,23 @@ SET tokens = least(%(burst)s, conveyor_rate_limits.tokens
                      * %(rate)s) - %(taken)s,
     updated_at = excluded.updated_at
 
--- name: queue_set_rate
-INSERT INTO conveyor_queues (name, rate_per_s, rate_burst, updated_at)
-VALUES (%(name)s, %(rate_per_s)s, %(rate_burst)s, coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (name) DO UPDATE SET rate_per_s = excluded.rate_per_s,
-    rate_burst = excluded.rate_burst, updated_at = excluded.updated_at
+-- name: job_prune_ids
+-- Retention: finished jobs older than the cutoff, a small batch at a time, never
+-- a job of an open batch or a chain link not yet advanced. SKIP LOCKED: two
+-- workers pruning at once take different rows.
+SELECT j.id FROM conveyor_jobs j
+WHERE j.state = %(state)s
+  AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
+  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+ORDER BY j.id
+LIMIT %(limit)s
+FOR UPDATE OF j SKIP LOCKED
+
+-- name: notify
+-- Hints to workers (queue names, "@flow", "@cancel"), delivered at commit.
+SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
+
+-- name: notify_events
+SELECT pg_notify(%(events)s, q) FROM unnest(%(queues)s::text[]) AS q
+

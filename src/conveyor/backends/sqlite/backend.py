@@ -1,4 +1,10 @@
-"""SQLite backend: the embedded default. One file, WAL, claims under BEGIN IMMEDIATE."""
+"""SQLite: the embedded default. One file, WAL, every write under BEGIN IMMEDIATE.
+
+What differs from the shared operations: SQLite has one writer, so there is no
+SKIP LOCKED and nothing to skip. The hot paths run a statement per row inside one
+write transaction (in-process, a statement costs microseconds); claims from
+several processes serialise on the write lock.
+"""
 
 from __future__ import annotations
 
@@ -13,38 +19,40 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...errors import ConfigError, DatabaseUnavailable
-from ...job import Attempt, Job
-from ..base import (
-    BatchRecord,
-    ChainLink,
+from ...records import (
     Finalize,
     Heartbeat,
-    Inserted,
     JobInsert,
+    JobRecord,
+    JobState,
     Lease,
-    Notifier,
-    QueueCount,
-    QueueInfo,
+    Outcome,
     RescueResult,
     WorkerInfo,
 )
-from ..common import (
-    KeyPair,
-    attempt_from_row,
-    batch_from_row,
-    check_schema,
-    heartbeat_result,
-    insert_resolving,
-    job_from_row,
-    limited_params,
-    needs_limits,
-    queue_limits,
-    rate_spending,
-)
-from ..shared import SharedSqlBackend
-from ..sqlfiles import load_migrations, load_queries, split_statements
+from ..interfaces import Notifier
+from ..sql.backend import SqlBackend
+from ..sql.loader import Dialect, load_migrations, load_queries
+from ..sql.logic import KeyPair, limited_params, queue_limits, queue_spends
 
-Q = load_queries(__package__ or "conveyor.backends.sqlite")
+DIALECT = Dialect(
+    name="sqlite",
+    paramstyle="named",
+    macros={
+        "NOW": lambda a: ":now",
+        "NOW_PLUS": lambda a: f"(:now + ({a[0]}))",
+        "NOW_MINUS": lambda a: f"(:now - ({a[0]}))",
+        "SECONDS_SINCE": lambda a: f"(:now - ({a[0]}))",
+        "IN": lambda a: f"IN (SELECT value FROM json_each({a[0]}))",
+        "JSON": lambda a: a[0],
+        "TS": lambda a: a[0],
+        # BEGIN IMMEDIATE holds the only write lock: nothing to lock row by row.
+        "FOR_UPDATE": lambda a: "",
+        "ICONTAINS": lambda a: f"{a[0]} LIKE {a[1]} ESCAPE '\\'",
+        "GREATEST": lambda a: f"max({', '.join(a)})",
+    },
+)
+Q = load_queries(__package__ or "conveyor.backends.sqlite", DIALECT)
 MIGRATIONS = load_migrations(__package__ or "conveyor.backends.sqlite")
 _SYNC_MODES = {"off", "normal", "full", "extra"}
 
@@ -53,23 +61,8 @@ def _epoch(now: datetime | None) -> float:
     return time.time() if now is None else now.timestamp()
 
 
-def _json(value: Any) -> Any:
-    return None if value is None else json.loads(value)
-
-
-def _ts(value: Any) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
-
-
 def _dict_row(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     return {d[0]: v for d, v in zip(cur.description, row, strict=True)}
-
-
-def _mark_limited(cur: sqlite3.Cursor, jobs: Sequence[JobInsert], ts: float) -> None:
-    """Queues receiving keyed, rate-limited, pinned or spread jobs: from now on
-    their claims go through the limit-aware path."""
-    for queue in sorted({j.queue for j in jobs if needs_limits(j)}):
-        cur.execute(Q["queue_mark_keyed"], {"queue": queue, "now": ts})
 
 
 class SQLiteNotifier(Notifier):
@@ -108,28 +101,10 @@ class SQLiteNotifier(Notifier):
             self._conn.close()
 
 
-class SQLiteBackend(SharedSqlBackend):
+class SQLiteBackend(SqlBackend):
     name = "sqlite"
     Q = Q
-
-    # -- hooks of the shared SQL operations ------------------------------------------------
-    def _now(self, now: datetime | None) -> Any:
-        return _epoch(now)
-
-    def _keys(self, keys: list[str]) -> Any:
-        return json.dumps(keys)
-
-    def _insert_rows(self, cur: Any, jobs: Sequence[JobInsert], now: Any) -> list[int]:
-        _mark_limited(cur, jobs, now)
-        ids = []
-        for j in jobs:  # in-process: a statement per row costs microseconds
-            row = cur.execute(Q["job_insert_many"], {**j._asdict(), "now": now}).fetchone()
-            if row is not None:
-                ids.append(int(row["id"]))
-        return ids
-
-    def _batch_record(self, row: dict[str, Any]) -> BatchRecord:
-        return batch_from_row(row, _ts, _json)
+    MIGRATIONS = MIGRATIONS
 
     def __init__(
         self, path: str, *, synchronous: str = "full", busy_timeout_s: float = 30.0
@@ -144,6 +119,7 @@ class SQLiteBackend(SharedSqlBackend):
                 f"synchronous must be one of {sorted(_SYNC_MODES)}, got {synchronous!r}"
             )
         self.path = os.path.abspath(path)
+        self.where = f"SQLite database {self.path}"
         folder = os.path.dirname(self.path)
         if not os.path.isdir(folder):
             raise DatabaseUnavailable(
@@ -179,8 +155,19 @@ class SQLiteBackend(SharedSqlBackend):
             conn = self._local.conn = self._new_connection()
         return conn
 
+    def _busy(self, exc: sqlite3.OperationalError) -> Exception:
+        """'database is locked' after the busy timeout says nothing of why."""
+        if "locked" in str(exc) or "busy" in str(exc):
+            return DatabaseUnavailable(
+                f"SQLite database {self.path} stayed locked for {self.busy_timeout_s:g}s: "
+                "another connection holds a write transaction open (a conn= transaction "
+                "not committed, or a long write). SQLite allows one writer at a time; "
+                "commit or roll back sooner, or use PostgreSQL for long transactions"
+            )
+        return exc
+
     @contextmanager
-    def _tx(self, conn: Any = None, *, write: bool = True) -> Iterator[sqlite3.Cursor]:
+    def _tx(self, conn: Any = None) -> Iterator[sqlite3.Cursor]:
         """A cursor in a transaction: the caller's (``conn``) or an IMMEDIATE one of ours.
 
         IMMEDIATE takes the write lock up front, so two claimers never both read
@@ -190,17 +177,25 @@ class SQLiteBackend(SharedSqlBackend):
             self._check_caller_conn(conn)
             cur = conn.cursor()
             cur.row_factory = _dict_row
-            yield cur
+            try:
+                yield cur
+            except sqlite3.OperationalError as exc:
+                raise self._busy(exc) from exc
             return
         own = self._conn()
         cur = own.cursor()
         cur.row_factory = _dict_row
-        cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._busy(exc) from exc
         try:
             yield cur
-        except BaseException:
+        except BaseException as exc:
             cur.close()
             own.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise self._busy(exc) from exc
             raise
         cur.close()  # a RETURNING statement not read to its end would block COMMIT
         own.execute("COMMIT")
@@ -216,9 +211,23 @@ class SQLiteBackend(SharedSqlBackend):
                 f"conn= is connected to {sorted(files)}, not to this app's database {self.path}"
             )
 
-    @property
-    def latest_schema(self) -> int:
-        return MIGRATIONS[-1].version
+    def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
+        cur = self._conn().cursor()
+        cur.row_factory = _dict_row
+        try:
+            cur.execute(sql or Q[name], params)
+            return cur.fetchall()
+        except sqlite3.OperationalError as exc:
+            raise self._busy(exc) from exc
+        finally:
+            cur.close()
+
+    def _count(self, name: str, params: dict[str, Any]) -> int:
+        with self._tx() as cur:
+            return self._qc(cur, name, params)
+
+    def _migration_lock(self, cur: Any) -> None:
+        pass  # BEGIN IMMEDIATE: a second migrator waits for the write lock
 
     def close(self) -> None:
         with self._lock:
@@ -230,105 +239,79 @@ class SQLiteBackend(SharedSqlBackend):
                 pass
         self._local = threading.local()
 
-    def notifier(self) -> Notifier:
+    def notifier(self, *, events: bool = False) -> Notifier:
         return SQLiteNotifier(self)
 
-    # -- schema -----------------------------------------------------------------------
-    def schema_version(self) -> int:
-        cur = self._conn().cursor()
-        if not cur.execute(Q["schema_version_exists"]).fetchone()[0]:
-            return 0
-        return int(cur.execute(Q["schema_version"]).fetchone()[0])
+    # -- values --------------------------------------------------------------------------
+    def _now(self, now: datetime | None) -> Any:
+        return _epoch(now)
 
-    def migrate(self) -> list[int]:
-        applied: list[int] = []
-        with self._tx() as cur:  # BEGIN IMMEDIATE: a second migrator waits, then finds nothing
-            cur.execute(Q["schema_version_table"])
-            current = int(next(iter(cur.execute(Q["schema_version"]).fetchone().values())))
-            for mig in check_schema(current, MIGRATIONS, f"SQLite database {self.path}"):
-                for stmt in split_statements(mig.sql):
-                    cur.execute(stmt)
-                cur.execute(Q["schema_version_insert"], {"version": mig.version, "name": mig.name})
-                applied.append(mig.version)
-        return applied
+    def _ts(self, value: Any) -> datetime | None:
+        return None if value is None else datetime.fromtimestamp(value, UTC)
 
-    # -- producers ---------------------------------------------------------------------
-    def job_insert_many(
-        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
-    ) -> list[Inserted]:
-        if not jobs:
-            return []
-        ts = _epoch(now)
-        with self._tx(conn) as cur:
-            _mark_limited(cur, jobs, ts)
+    def _ts_param(self, value: datetime) -> Any:
+        return value.timestamp()
 
-            def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
-                out = []
-                for j in subset:
-                    row = cur.execute(Q["job_insert_many"], {**j._asdict(), "now": ts}).fetchone()
-                    if row:
-                        out.append((row["id"], (row["unique_key"], row["idempotency_key"])))
-                return out
+    def _list(self, values: Sequence[Any]) -> Any:
+        return json.dumps(list(values))
 
-            def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
-                rows = cur.execute(
-                    Q["job_find_by_keys"],
-                    {"unique_keys": json.dumps(uks), "idempotency_keys": json.dumps(iks)},
-                ).fetchall()
-                return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in rows]
+    # -- the hot paths ---------------------------------------------------------------------
+    def _insert_rows(
+        self, cur: Any, jobs: Sequence[JobInsert], now: Any
+    ) -> list[tuple[int, KeyPair]]:
+        for queue in sorted({j.queue for j in jobs if j.limited}):
+            cur.execute(Q["queue_mark_keyed"], {"queue": queue, "now": now})
+        out = []
+        for j in jobs:  # in-process: a statement per row costs microseconds
+            row = cur.execute(Q["job_insert_many"], {**j._asdict(), "now": now}).fetchone()
+            if row is not None:
+                out.append((row["id"], (row["unique_key"], row["idempotency_key"])))
+        return out
 
-            return insert_resolving(jobs, insert, find)
-
-    # -- workers -----------------------------------------------------------------------
-    def job_fetch_available(
+    def job_claim(
         self,
         *,
         queues: Sequence[str],
         worker_id: str,
         limit: int,
-        lease_s: float,
+        tasks: Sequence[str] | None = None,
         tags: Sequence[str] = (),
+        lease_s: float | None = None,
+        schema_version: int | None = None,
         now: datetime | None = None,
-    ) -> list[Job]:
+    ) -> list[JobRecord]:
         if limit <= 0 or not queues:
             return []
         ts = _epoch(now)
-        peek = self._conn().execute(
-            Q["job_peek_available"], {"queues": json.dumps(list(queues)), "now": ts}
-        )
-        if peek.fetchone() is None:
+        # Read-only look before taking the write lock: idle workers of several
+        # processes then poll without queueing behind one another.
+        if not self._rows("job_peek_available", {"queues": self._list(queues), "now": ts}):
             return []
-        jobs: list[Job] = []
+        base = {
+            "worker_id": worker_id,
+            "lease_s": lease_s,
+            "now": ts,
+            "tasks": None if tasks is None else self._list(tasks),
+            "schema_version": schema_version if schema_version is not None else self.latest_schema,
+        }
+        jobs: list[JobRecord] = []
         with self._tx() as cur:
-            limits = queue_limits(
-                cur.execute(Q["queue_limits"], {"queues": json.dumps(list(queues))}).fetchall()
-            )
+            limits = queue_limits(self._q(cur, "queue_limits", {"queues": self._list(queues)}))
             for queue in queues:
                 if len(jobs) >= limit:
                     break
-                params = {
-                    "queue": queue,
-                    "worker_id": worker_id,
-                    "limit": limit - len(jobs),
-                    "lease_s": lease_s,
-                    "now": ts,
-                }
+                params = {**base, "queue": queue, "limit": limit - len(jobs)}
                 if queue in limits:  # under BEGIN IMMEDIATE the counts cannot move under us
                     params.update(
                         limited_params(queue, limits[queue], limit - len(jobs)),
-                        identity=json.dumps([worker_id, *tags]),
+                        identity=self._list([worker_id, *tags]),
                     )
-                    rows = cur.execute(Q["job_fetch_limited"], params).fetchall()
-                    spends = rate_spending(rows)
-                    if rows and limits[queue].spend:  # the queue's own bucket
-                        spends.append(
-                            {**limits[queue].spend, "key": f"queue={queue}", "taken": len(rows)}
-                        )
-                    for spend in spends:
+                    rows = self._q(cur, "job_claim_limited", params)
+                    for spend in queue_spends(queue, limits[queue], rows):
                         cur.execute(Q["rate_spend"], {**spend, "now": ts})
                 else:
-                    rows = cur.execute(Q["job_fetch_available"], params).fetchall()
-                claimed = [job_from_row(r, _ts, _json) for r in rows]
+                    rows = self._q(cur, "job_claim", params)
+                claimed = [self._job(r) for r in rows]
                 claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
                 jobs.extend(claimed)
         return jobs
@@ -346,6 +329,7 @@ class SQLiteBackend(SharedSqlBackend):
                 row = cur.execute(Q["job_finalize_one"], params).fetchone()
                 if row is None:
                     continue  # lease no longer held: refused, nothing changed
+                overruled = row["state"] == JobState.CANCELLED and o.state != JobState.CANCELLED
                 cur.execute(
                     Q["attempt_insert"],
                     {
@@ -355,8 +339,8 @@ class SQLiteBackend(SharedSqlBackend):
                         "worker_id": worker_id,
                         "started_at": row["started_at"],
                         "now": ts,
-                        "outcome": o.outcome,
-                        "error": o.error,
+                        "outcome": Outcome.CANCELLED if overruled else o.outcome,
+                        "error": row["error"] if overruled else o.error,
                         "traceback": o.traceback,
                     },
                 )
@@ -364,25 +348,35 @@ class SQLiteBackend(SharedSqlBackend):
         return accepted
 
     def job_release_many(
-        self, *, leases: Sequence[Lease], now: datetime | None = None
+        self, *, worker_id: str, leases: Sequence[Lease], now: datetime | None = None
     ) -> list[int]:
+        ts = _epoch(now)
         released = []
         with self._tx() as cur:
             for le in leases:
-                if cur.execute(
+                row = cur.execute(
                     Q["job_release_one"], {"id": le.job_id, "token": le.token}
-                ).fetchone():
-                    released.append(le.job_id)
+                ).fetchone()
+                if row is None:
+                    continue
+                cur.execute(
+                    Q["attempt_insert"],
+                    {
+                        "job_id": le.job_id,
+                        "attempt": row["ran"],
+                        "stage": row["stage"],
+                        "worker_id": worker_id,
+                        "started_at": row["started_at"],
+                        "now": ts,
+                        "outcome": Outcome.RELEASED,
+                        "error": "released at worker shutdown; the attempt does not count",
+                        "traceback": None,
+                    },
+                )
+                released.append(le.job_id)
         return released
 
-    def worker_heartbeat(
-        self,
-        *,
-        worker: WorkerInfo,
-        leases: Sequence[Lease],
-        lease_s: float,
-        now: datetime | None = None,
-    ) -> Heartbeat:
+    def worker_heartbeat(self, *, worker: WorkerInfo, now: datetime | None = None) -> Heartbeat:
         ts = _epoch(now)
         with self._tx() as cur:
             me = cur.execute(
@@ -394,145 +388,36 @@ class SQLiteBackend(SharedSqlBackend):
                     "queues": json.dumps(list(worker.queues)),
                     "concurrency": worker.concurrency,
                     "tags": json.dumps(list(worker.tags)),
+                    "tasks": None if worker.tasks is None else json.dumps(sorted(worker.tasks)),
                     "now": ts,
                 },
             ).fetchone()
-            rows = (
-                cur.execute(
-                    Q["job_heartbeat"],
-                    {
-                        "leases": json.dumps([[le.job_id, le.token] for le in leases]),
-                        "lease_s": lease_s,
-                        "now": ts,
-                    },
-                ).fetchall()
-                if leases
-                else []
-            )
-        return heartbeat_result(me, rows)
+            held = self._q(cur, "job_held", {"id": worker.id})
+            version = self._q(cur, "schema_version")[0]["version"]
+        return Heartbeat(
+            held={int(r["id"]): str(r["lease_token"]) for r in held},
+            cancel=[int(r["id"]) for r in held if r["cancel_requested"]],
+            stop=bool(me["stop_requested"]),
+            schema_version=int(version),
+            resurrected=bool(me["inserted"]),
+        )
 
-    def worker_request_stop(self, *, worker_id: str) -> bool:
-        with self._tx() as cur:
-            return bool(cur.execute(Q["worker_request_stop"], {"id": worker_id}).fetchall())
-
-    def job_request_cancel(self, *, job_id: int) -> bool:
-        with self._tx() as cur:
-            return bool(cur.execute(Q["job_request_cancel"], {"id": job_id}).fetchall())
-
-    def queue_set_paused(self, *, name: str, paused: bool, now: datetime | None = None) -> None:
-        with self._tx() as cur:
-            cur.execute(
-                Q["queue_set_paused"], {"name": name, "paused": int(paused), "now": _epoch(now)}
-            )
-
-    def queue_list(self) -> list[QueueInfo]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(Q["queue_list"]).fetchall()
-        return [
-            QueueInfo(r["name"], bool(r["paused"]), json.loads(r["counts"]), r["max_running"])
-            for r in rows
-        ]
-
-    def queue_set_rate(
-        self,
-        *,
-        name: str,
-        rate_per_s: float | None,
-        rate_burst: float | None,
-        now: datetime | None = None,
-    ) -> None:
-        with self._tx() as cur:
-            cur.execute(
-                Q["queue_set_rate"],
-                {
-                    "name": name,
-                    "rate_per_s": rate_per_s,
-                    "rate_burst": rate_burst,
-                    "now": _epoch(now),
-                },
-            )
-
-    def queue_set_limit(
-        self, *, name: str, max_running: int | None, now: datetime | None = None
-    ) -> None:
-        with self._tx() as cur:
-            cur.execute(
-                Q["queue_set_limit"], {"name": name, "max_running": max_running, "now": _epoch(now)}
-            )
-
-    def job_age_priorities(
-        self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None
-    ) -> int:
-        with self._tx() as cur:
-            return len(
-                cur.execute(
-                    Q["job_age_priorities"],
-                    {
-                        "aging_s": float(aging_s),
-                        "max_boost": max_boost,
-                        "limit": limit,
-                        "now": _epoch(now),
-                    },
-                ).fetchall()
-            )
-
-    def job_prune(
-        self,
-        *,
-        state: str,
-        older_than_s: float,
-        limit: int = 1000,
-        dry_run: bool = False,
-        now: datetime | None = None,
-    ) -> int:
-        params = {
-            "state": state,
-            "older_than_s": float(older_than_s),
-            "limit": limit,
-            "now": _epoch(now),
-        }
-        if dry_run:
-            with self._tx(write=False) as cur:
-                return int(cur.execute(Q["job_prune_count"], params).fetchone()["n"])
-        with self._tx() as cur:
-            ids = json.dumps([r["id"] for r in cur.execute(Q["job_prune_ids"], params)])
-            cur.execute(Q["attempt_delete_ids"], {"ids": ids})
-            return cur.execute(Q["job_delete_ids"], {"ids": ids}).rowcount
-
-    def worker_deregister(self, *, worker_id: str) -> None:
-        with self._tx() as cur:
-            cur.execute(Q["worker_delete"], {"id": worker_id})
-
-    def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
-        with self._tx() as cur:
-            cur.execute(Q["worker_prune_stale"], {"older_than_s": older_than_s, "now": _epoch(now)})
-            return cur.rowcount
-
-    def worker_list(self) -> list[WorkerInfo]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(Q["worker_list"]).fetchall()
-        return [
-            WorkerInfo(
-                id=r["id"],
-                hostname=r["hostname"],
-                pid=r["pid"],
-                queues=json.loads(r["queues"]),
-                concurrency=r["concurrency"],
-                started_at=_ts(r["started_at"]),
-                last_seen_at=_ts(r["last_seen_at"]),
-            )
-            for r in rows
-        ]
-
-    # -- maintenance -------------------------------------------------------------------
-    def job_rescue_expired(self, *, limit: int = 1000, now: datetime | None = None) -> RescueResult:
+    def job_rescue(
+        self, *, worker_ttl_s: float, limit: int = 1000, now: datetime | None = None
+    ) -> RescueResult:
         ts = _epoch(now)
         requeued: list[int] = []
         failed: list[int] = []
         with self._tx() as cur:
-            expired = cur.execute(Q["job_expired_leases"], {"now": ts, "limit": limit}).fetchall()
+            expired = self._q(
+                cur,
+                "job_expired_leases",
+                {"now": ts, "limit": limit, "worker_ttl_s": float(worker_ttl_s)},
+            )
             for e in expired:
-                row = cur.execute(Q["job_rescue_one"], {"id": e["id"], "now": ts}).fetchone()
+                row = cur.execute(
+                    Q["job_rescue_one"], {"id": e["id"], "now": ts, "why": e["why"]}
+                ).fetchone()
                 if row is None:
                     continue
                 cur.execute(
@@ -544,156 +429,10 @@ class SQLiteBackend(SharedSqlBackend):
                         "worker_id": e["lease_owner"],
                         "started_at": e["started_at"],
                         "now": ts,
-                        "outcome": "lost",
+                        "outcome": Outcome.LOST,
                         "error": row["error"],
                         "traceback": None,
                     },
                 )
-                (failed if row["state"] == "failed" else requeued).append(row["id"])
+                (failed if row["state"] == JobState.FAILED else requeued).append(row["id"])
         return RescueResult(requeued=requeued, failed=failed)
-
-    def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
-        with self._tx() as cur:
-            return len(
-                cur.execute(Q["job_schedule_due"], {"now": _epoch(now), "limit": limit}).fetchall()
-            )
-
-    # -- inspection ------------------------------------------------------------------
-    def job_get(self, *, job_id: int) -> Job | None:
-        with self._tx(write=False) as cur:
-            row = cur.execute(Q["job_get"], {"id": job_id}).fetchone()
-        return job_from_row(row, _ts, _json) if row else None
-
-    def job_list(
-        self,
-        *,
-        queue: str | None = None,
-        state: str | None = None,
-        task: str | None = None,
-        limit: int = 50,
-        before_id: int | None = None,
-    ) -> list[Job]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(
-                Q["job_list"],
-                {
-                    "queue": queue,
-                    "state": state,
-                    "task": task,
-                    "limit": limit,
-                    "before_id": before_id,
-                },
-            ).fetchall()
-        return [job_from_row(r, _ts, _json) for r in rows]
-
-    def job_attempts(self, *, job_id: int) -> list[Attempt]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(Q["job_attempts"], {"id": job_id}).fetchall()
-        return [attempt_from_row(r, _ts) for r in rows]
-
-    def job_retry(self, *, job_id: int, now: datetime | None = None) -> bool:
-        with self._tx() as cur:
-            return bool(cur.execute(Q["job_retry"], {"id": job_id, "now": _epoch(now)}).fetchall())
-
-    def job_cancel(self, *, job_id: int, now: datetime | None = None) -> bool:
-        with self._tx() as cur:
-            return bool(cur.execute(Q["job_cancel"], {"id": job_id, "now": _epoch(now)}).fetchall())
-
-    def queue_counts(self) -> list[QueueCount]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(Q["queue_counts"]).fetchall()
-        return [QueueCount(r["queue"], r["state"], r["n"]) for r in rows]
-
-    # -- batches ------------------------------------------------------------------------
-    def batch_get(self, *, batch_id: int) -> BatchRecord | None:
-        with self._tx(write=False) as cur:
-            row = cur.execute(Q["batch_get"], {"id": batch_id}).fetchone()
-        return batch_from_row(row, _ts, _json) if row else None
-
-    def batch_list(
-        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
-    ) -> list[BatchRecord]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(
-                Q["batch_list"], {"state": state, "limit": limit, "before_id": before_id}
-            ).fetchall()
-        return [batch_from_row(r, _ts, _json) for r in rows]
-
-    def batch_progress(self, *, batch_id: int) -> dict[str, int]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(Q["batch_progress"], {"id": batch_id}).fetchall()
-        return {r["state"]: int(r["n"]) for r in rows}
-
-    def batch_finished_jobs(
-        self, *, batch_id: int, after: tuple[datetime, int] | None = None, limit: int = 500
-    ) -> list[Job]:
-        after_at, after_id = (after[0].timestamp(), after[1]) if after else (0.0, 0)
-        with self._tx(write=False) as cur:
-            rows = cur.execute(
-                Q["batch_finished_jobs"],
-                {"id": batch_id, "after_at": after_at, "after_id": after_id, "limit": limit},
-            ).fetchall()
-        return [job_from_row(r, _ts, _json) for r in rows]
-
-    def batch_jobs(self, *, batch_id: int) -> list[Job]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(Q["batch_jobs"], {"id": batch_id}).fetchall()
-        return [job_from_row(r, _ts, _json) for r in rows]
-
-    def batch_cancel(self, *, batch_id: int, now: datetime | None = None) -> int:
-        params = {"id": batch_id, "now": _epoch(now)}
-        with self._tx() as cur:
-            if cur.execute(Q["batch_mark_cancelled"], params).fetchone() is None:
-                return 0
-            return cur.execute(Q["batch_cancel_jobs"], params).rowcount
-
-    def batch_retry_failed(self, *, batch_id: int, now: datetime | None = None) -> int:
-        params = {"id": batch_id, "now": _epoch(now)}
-        with self._tx() as cur:
-            if cur.execute(Q["batch_reopen"], params).fetchone() is None:
-                return 0
-            return cur.execute(Q["batch_retry_jobs"], params).rowcount
-
-    def batch_ready(self, *, limit: int = 100) -> list[int]:
-        with self._tx(write=False) as cur:
-            return [int(r["id"]) for r in cur.execute(Q["batch_ready"], {"limit": limit})]
-
-    # -- chains -------------------------------------------------------------------------
-    def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
-        with self._tx() as cur:
-            row = cur.execute(Q["job_chain_get"], {"id": job_id}).fetchone()
-            if row is None:
-                return False
-            chain = (json.loads(row["chain"]) if row["chain"] else []) + json.loads(steps_json)
-            cur.execute(Q["job_chain_set"], {"id": job_id, "chain": json.dumps(chain)})
-        return True
-
-    def job_chain_due(self, *, limit: int = 100) -> list[ChainLink]:
-        with self._tx(write=False) as cur:
-            rows = cur.execute(Q["job_chain_due"], {"limit": limit}).fetchall()
-        return [
-            ChainLink(
-                id=r["id"],
-                state=r["state"],
-                result_json=r["result"],
-                error=r["error"],
-                chain=json.loads(r["chain"]),
-                chain_root=r["chain_root"],
-            )
-            for r in rows
-        ]
-
-    # -- leadership -----------------------------------------------------------------------
-    def leader_attempt_elect(
-        self, *, name: str, holder: str, ttl_s: float, now: datetime | None = None
-    ) -> bool:
-        with self._tx() as cur:
-            row = cur.execute(
-                Q["leader_attempt_elect"],
-                {"name": name, "holder": holder, "ttl_s": ttl_s, "now": _epoch(now)},
-            ).fetchone()
-        return row is not None
-
-    def leader_resign(self, *, name: str, holder: str) -> None:
-        with self._tx() as cur:
-            cur.execute(Q["leader_resign"], {"name": name, "holder": holder})

@@ -1,12 +1,12 @@
-"""Conformance of queue control, cancellation, remote stop, snooze, aging, retention."""
+"""QueueStore: pause, concurrency and rate limits, placement, and counts."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from conveyor.backends.base import Finalize, Lease
+from conveyor.records import JobFilter
 
-from .test_conformance import _worker, done, fetch, ins, later
+from .helpers import done, fetch, ins
 
 
 def test_paused_queue_is_not_claimed_until_resumed(backend):
@@ -24,78 +24,6 @@ def test_paused_queue_is_not_claimed_until_resumed(backend):
 def test_pausing_a_queue_with_no_jobs_is_listed(backend):
     backend.queue_set_paused(name="empty", paused=True)
     assert [(q.name, q.paused, q.counts) for q in backend.queue_list()] == [("empty", True, {})]
-
-
-def test_cancel_request_reaches_the_holders_heartbeat(backend):
-    backend.job_insert_many(jobs=[ins(), ins()])
-    a, b = fetch(backend)
-    assert backend.job_request_cancel(job_id=a.id) is True
-    beat = backend.worker_heartbeat(
-        worker=_worker(),
-        lease_s=30,
-        leases=[Lease(a.id, a.lease_token), Lease(b.id, b.lease_token)],
-    )
-    assert sorted(beat.held) == sorted([a.id, b.id]) and beat.cancel == [a.id]
-    backend.job_finalize_many(worker_id="w1", outcomes=[done(a, state="cancelled")])
-    assert backend.job_request_cancel(job_id=a.id) is False  # finished: nothing to cancel
-    [res] = backend.job_insert_many(jobs=[ins(delay_s=60)])
-    assert backend.job_request_cancel(job_id=res.id) is False  # not running: use job_cancel
-
-
-def test_stop_request_reaches_the_workers_heartbeat(backend):
-    backend.worker_heartbeat(worker=_worker("w7"), leases=[], lease_s=30)
-    assert backend.worker_request_stop(worker_id="w7") is True
-    assert backend.worker_request_stop(worker_id="nobody") is False
-    assert backend.worker_heartbeat(worker=_worker("w7"), leases=[], lease_s=30).stop is True
-
-
-def test_snooze_reschedules_without_using_an_attempt(backend):
-    [res] = backend.job_insert_many(jobs=[ins()])
-    [job] = fetch(backend)
-    snooze = Finalize(job.id, job.lease_token, "scheduled", "snoozed", retry_in_s=30)
-    assert backend.job_finalize_many(worker_id="w1", outcomes=[snooze]) == [res.id]
-    got = backend.job_get(job_id=res.id)
-    assert (got.state, got.attempts) == ("scheduled", 0)
-    assert got.scheduled_at > datetime.now(UTC) + timedelta(seconds=20)
-    assert [a.outcome for a in backend.job_attempts(job_id=res.id)] == ["snoozed"]
-
-
-def test_aging_raises_waiting_jobs_priority_up_to_the_cap(backend):
-    old, _fresh = backend.job_insert_many(jobs=[ins(priority=1), ins(priority=1)])
-    backend.job_insert_many(jobs=[ins(priority=5)])
-    # 3.5 aging periods later (time passed in), the first two have aged 3 points
-    assert backend.job_age_priorities(aging_s=10, max_boost=10, now=later(35)) == 3
-    assert backend.job_get(job_id=old.id).priority == 4
-    assert backend.job_age_priorities(aging_s=10, max_boost=10, now=later(35)) == 0  # idempotent
-    assert backend.job_age_priorities(aging_s=10, max_boost=6, now=later(1000)) == 3
-    got = backend.job_get(job_id=old.id)
-    assert got.priority == 7  # 1 + the cap of 6
-    # the priority-5 job reached 11: base 5 + 6; order is by effective priority
-    order = [j.priority for j in fetch(backend, n=3, now=later(1000))]
-    assert order == [11, 7, 7]
-
-
-def test_prune_removes_old_finished_jobs_with_their_attempts(backend):
-    backend.job_insert_many(jobs=[ins() for _ in range(3)])
-    a, b, c = fetch(backend)
-    backend.job_finalize_many(worker_id="w1", outcomes=[done(a), done(b), done(c, state="failed")])
-    assert backend.job_prune(state="succeeded", older_than_s=60, now=later(30)) == 0
-    assert backend.job_prune(state="succeeded", older_than_s=60, dry_run=True, now=later(61)) == 2
-    assert backend.job_get(job_id=a.id) is not None  # dry run deleted nothing
-    assert backend.job_prune(state="succeeded", older_than_s=60, limit=1, now=later(61)) == 1
-    assert backend.job_prune(state="succeeded", older_than_s=60, now=later(61)) == 1
-    assert backend.job_get(job_id=a.id) is None and backend.job_attempts(job_id=a.id) == []
-    assert backend.job_get(job_id=c.id).state == "failed"  # other states keep their own age
-
-
-def test_prune_keeps_jobs_of_open_batches(backend):
-    batch_id, _ = backend.batch_create(
-        name=None, task="t", idempotency_key=None, on_complete_json=None, jobs=[ins(), ins()]
-    )
-    a, _b = fetch(backend)
-    backend.job_finalize_many(worker_id="w1", outcomes=[done(a)])
-    assert backend.job_prune(state="succeeded", older_than_s=1, now=later(60)) == 0
-    assert backend.batch_progress(batch_id=batch_id) == {"succeeded": 1, "running": 1}
 
 
 def test_claims_respect_per_key_limits(backend):
@@ -130,7 +58,7 @@ def test_rate_limited_claims_take_tokens_from_a_shared_bucket(backend):
     assert fetch(backend, n=10, now=t0 + timedelta(seconds=0.5)) == []  # half a token
     assert len(fetch(backend, n=10, now=t0 + timedelta(seconds=2.1))) == 2  # refilled 2.1
     assert len(fetch(backend, n=10, now=t0 + timedelta(seconds=60))) == 3  # capped at burst
-    got = backend.job_list(state="available")
+    got = backend.job_list(filter=JobFilter(states="available"))
     assert len(got) == 2 and all(j.attempts == 0 for j in got)  # waiting uses no attempt
 
 
@@ -150,12 +78,7 @@ def test_pinned_jobs_go_only_to_matching_workers(backend):
         ]
     )
     assert [j.args for j in fetch(backend, n=10, worker="w1")] == [["any"]]
-    assert [
-        j.args
-        for j in backend.job_fetch_available(
-            queues=["q"], worker_id="w1", limit=10, lease_s=30, tags=["gpu"]
-        )
-    ] == [["gpu"]]
+    assert [j.args for j in fetch(backend, n=10, worker="w1", tags=["gpu"])] == [["gpu"]]
     assert [j.args for j in fetch(backend, n=10, worker="w2")] == [["w2"]]
 
 
@@ -194,3 +117,29 @@ def test_a_queue_rate_limit_caps_claims_for_the_whole_queue(backend):
     assert len(fetch(backend, n=10, now=t0 + timedelta(seconds=2.1))) == 2
     backend.queue_set_rate(name="q", rate_per_s=None, rate_burst=None)
     assert len(fetch(backend, n=10, now=t0 + timedelta(seconds=2.2))) == 5  # limit lifted
+
+
+def test_queue_list_shows_settings_and_counts(backend):
+    backend.job_insert_many(jobs=[ins(queue="a"), ins(queue="a", delay_s=60)])
+    backend.queue_set_limit(name="b", max_running=4)
+    backend.queue_set_rate(name="b", rate_per_s=2.0, rate_burst=5.0)
+    queues = {q.name: q for q in backend.queue_list()}
+    assert queues["a"].counts == {"available": 1, "scheduled": 1}
+    assert (queues["b"].max_running, queues["b"].rate_per_s, queues["b"].rate_burst) == (
+        4,
+        2.0,
+        5.0,
+    )
+    assert queues["b"].counts == {} and not queues["b"].paused
+
+
+def test_counts_are_per_queue_task_and_state(backend):
+    backend.job_insert_many(
+        jobs=[ins(task="a", queue="x"), ins(task="b", queue="x"), ins(task="a", queue="y")]
+    )
+    counts = {(c.queue, c.task, c.state): c.count for c in backend.queue_counts()}
+    assert counts == {
+        ("x", "a", "available"): 1,
+        ("x", "b", "available"): 1,
+        ("y", "a", "available"): 1,
+    }

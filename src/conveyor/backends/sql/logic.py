@@ -1,16 +1,14 @@
-"""Dialect-independent helpers the backends share (no SQL here)."""
+"""Decisions the backends make the same way whatever the dialect (no SQL here)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ..errors import SchemaError
-from ..job import Attempt, Job, JobState
-from .base import BatchRecord, Heartbeat, Inserted, JobInsert
-from .sqlfiles import Migration
+from ...errors import SchemaError
+from ...records import ACTIVE_STATES, BatchRecord, BatchState, Inserted, JobInsert, JobState
+from .loader import Migration
 
 KeyPair = tuple[str | None, str | None]
 
@@ -93,93 +91,22 @@ def check_schema(current: int, migrations: Sequence[Migration], where: str) -> l
     return [m for m in migrations if m.version > current]
 
 
-def job_from_row(
-    row: dict[str, Any], ts: Callable[[Any], datetime | None], loads: Callable[[Any], Any]
-) -> Job:
-    """``ts`` and ``loads`` convert the dialect's timestamps and JSON columns (psycopg
-    hands back decoded JSON, sqlite3 hands back text)."""
-    args = loads(row["args"]) or {}
-    return Job(
-        id=row["id"],
-        queue=row["queue"],
-        task=row["task"],
-        args=list(args.get("args", [])),
-        kwargs=dict(args.get("kwargs", {})),
-        state=JobState(row["state"]),
-        priority=row["priority"],
-        attempts=row["attempt"],
-        max_attempts=row["max_attempts"],
-        created_at=ts(row["created_at"]) or datetime.now(UTC),
-        scheduled_at=ts(row["scheduled_at"]) or datetime.now(UTC),
-        started_at=ts(row["started_at"]),
-        finished_at=ts(row["finished_at"]),
-        result=loads(row["result"]) if row["result"] is not None else None,
-        error=row["error"],
-        stage=row["stage"],
-        timeout=row["timeout_s"],
-        backoff=loads(row["backoff"]) if row["backoff"] is not None else None,
-        unique_key=row["unique_key"],
-        idempotency_key=row["idempotency_key"],
-        lease_owner=row["lease_owner"],
-        lease_token=row["lease_token"],
-        lease_expires_at=ts(row["lease_expires_at"]),
-        batch_id=row.get("batch_id"),
-        context=loads(row["context"]) if row.get("context") is not None else None,
-        chain_root=row.get("chain_root"),
-        chain_next=row.get("chain_next"),
-        chain=loads(row["chain"]) if row.get("chain") is not None else None,
-    )
-
-
-def attempt_from_row(row: dict[str, Any], ts: Callable[[Any], datetime | None]) -> Attempt:
-    return Attempt(
-        job_id=row["job_id"],
-        attempt=row["attempt"],
-        worker_id=row["worker_id"],
-        started_at=ts(row["started_at"]),
-        finished_at=ts(row["finished_at"]) or datetime.now(UTC),
-        outcome=row["outcome"],
-        stage=row.get("stage"),
-        error=row["error"],
-        traceback=row["traceback"],
-    )
-
-
-def batch_from_row(
-    row: dict[str, Any], ts: Callable[[Any], datetime | None], loads: Callable[[Any], Any]
-) -> BatchRecord:
-    return BatchRecord(
-        id=row["id"],
-        name=row["name"],
-        task=row["task"],
-        total=row["total"],
-        state=row["state"],
-        idempotency_key=row["idempotency_key"],
-        on_complete=loads(row["on_complete"]) if row["on_complete"] is not None else None,
-        closings=row["closings"],
-        counts=loads(row["counts"]) if row["counts"] is not None else None,
-        created_at=ts(row["created_at"]) or datetime.now(UTC),
-        finished_at=ts(row["finished_at"]),
-        cancelled_at=ts(row["cancelled_at"]),
-    )
-
-
-def close_state(counts: dict[str, int], *, cancelled: bool) -> str | None:
+def close_state(counts: dict[str, int], *, cancelled: bool) -> BatchState | None:
     """The state a batch closes in, or ``None`` while it still has work to do."""
-    if any(counts.get(s, 0) for s in ("scheduled", "available", "running")):
+    if any(counts.get(s, 0) for s in ACTIVE_STATES):
         return None
     if cancelled:
-        return "cancelled"
-    if counts.get("failed", 0) or counts.get("cancelled", 0):
-        return "completed_with_failures"
-    return "succeeded"
+        return BatchState.CANCELLED
+    if counts.get(JobState.FAILED, 0) or counts.get(JobState.CANCELLED, 0):
+        return BatchState.COMPLETED_WITH_FAILURES
+    return BatchState.SUCCEEDED
 
 
 def callback_insert(batch: BatchRecord) -> JobInsert | None:
     """The ``on_complete`` job of a just-closed batch: ``callback(batch_id, counts)``.
     Its idempotency key names the batch and the closing, so however many
     aggregators try, each closing enqueues it once."""
-    if batch.on_complete is None or batch.state == "cancelled":
+    if batch.on_complete is None or batch.state == BatchState.CANCELLED:
         return None
     template = JobInsert(**batch.on_complete)
     args = json.dumps({"args": [batch.id, batch.counts or {}], "kwargs": {}})
@@ -198,12 +125,6 @@ def rate_spending(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             )
             entry["taken"] += 1
     return list(spend.values())
-
-
-def needs_limits(job: JobInsert) -> bool:
-    """Jobs the fast claim path leaves to the serialized, limit-aware one: keyed,
-    rate-limited, pinned or spread jobs."""
-    return bool(job.concurrency_key or job.rate_key or job.pinned_to or job.spread_group)
 
 
 class QueueLimits(NamedTuple):
@@ -239,10 +160,11 @@ def limited_params(queue: str, limits: QueueLimits, limit: int) -> dict[str, Any
     }
 
 
-def heartbeat_result(worker_row: dict[str, Any], lease_rows: Sequence[dict[str, Any]]) -> Heartbeat:
-    """What a heartbeat learned: leases still held, cancels requested, stop asked."""
-    return Heartbeat(
-        held=[r["id"] for r in lease_rows],
-        cancel=[r["id"] for r in lease_rows if r["cancel_requested"]],
-        stop=bool(worker_row["stop_requested"]),
-    )
+def queue_spends(
+    queue: str, limits: QueueLimits, claimed: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every bucket a limited claim spends from: the keys' and the queue's own."""
+    spends = rate_spending(claimed)
+    if claimed and limits.spend:
+        spends.append({**limits.spend, "key": f"queue={queue}", "taken": len(claimed)})
+    return spends

@@ -1,0 +1,374 @@
+"""The seam between Conveyor and a database, in small interfaces by concern.
+
+Everything above this package speaks in domain verbs (``job_insert_many``,
+``job_claim``, ``batch_close``, ...); everything below it is SQL, one folder per
+dialect. One backend object implements every interface; each interface has its
+own module in the conformance suite (``tests/backend/``).
+
+The seam is synchronous: the worker calls it from dedicated threads, producers
+call it directly, the async façade through ``asyncio.to_thread``. Every method
+takes keyword arguments; those that depend on time take ``now`` (``None``: the
+database's clock, so every machine of a cluster agrees), so tests can step time
+without sleeping.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..records import (
+    Attempt,
+    BatchRecord,
+    ChainLink,
+    Finalize,
+    Heartbeat,
+    Inserted,
+    JobFilter,
+    JobInsert,
+    JobRecord,
+    Lease,
+    QueueCount,
+    QueueInfo,
+    RescueResult,
+    WorkerInfo,
+)
+
+#: what ``Backend.supports`` may be asked
+CAPABILITIES = frozenset(
+    {
+        # wake-ups are pushed across processes at commit (LISTEN/NOTIFY); a rolled
+        # back insert wakes nobody
+        "push_notifications",
+        # claims skip rows other claimers hold (SKIP LOCKED) instead of serialising
+        "skip_locked",
+    }
+)
+
+
+class Notifier(abc.ABC):
+    """A source of hints that a queue may have work. Hints may be lost or spurious:
+    the worker always polls as well."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float) -> set[str]:
+        """Block up to ``timeout`` seconds; return the queues hinted at (may be empty).
+        ``"*"`` means anything may have changed; ``"@flow"``, ``"@cancel"`` and
+        ``"@done"`` hint at batches and chains, cancel or stop requests, finished jobs."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class SchemaStore(abc.ABC):
+    """Lifecycle and schema of the database."""
+
+    name: str
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def supports(self, capability: str) -> bool:
+        """Whether this backend has ``capability`` (one of ``CAPABILITIES``)."""
+
+    @abc.abstractmethod
+    def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied. Refuses a newer schema."""
+
+    @property
+    @abc.abstractmethod
+    def latest_schema(self) -> int:
+        """The newest schema version this code knows."""
+
+    @abc.abstractmethod
+    def schema_version(self) -> int:
+        """Version of the schema in the database (0 if none)."""
+
+    @abc.abstractmethod
+    def notifier(self, *, events: bool = False) -> Notifier:
+        """A source of work hints, or with ``events`` of change hints (jobs finished)."""
+
+
+class JobStore(abc.ABC):
+    """Creating jobs, reading them, and the operator's actions on them."""
+
+    @abc.abstractmethod
+    def job_insert_many(
+        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
+    ) -> list[Inserted]:
+        """Create jobs in one transaction (the caller's, if ``conn`` is given).
+        Keys already in use return the existing job with ``created=False``."""
+
+    @abc.abstractmethod
+    def job_get(self, *, job_id: int) -> JobRecord | None: ...
+
+    @abc.abstractmethod
+    def job_list(
+        self, *, filter: JobFilter, limit: int = 50, before_id: int | None = None
+    ) -> list[JobRecord]:
+        """Jobs matching ``filter``, newest first; ``before_id`` is the keyset cursor
+        (the last id of the previous page)."""
+
+    @abc.abstractmethod
+    def job_count(self, *, filter: JobFilter) -> dict[str, int]:
+        """Jobs matching ``filter`` per state (states with none are left out)."""
+
+    @abc.abstractmethod
+    def job_attempts(self, *, job_id: int) -> list[Attempt]: ...
+
+    @abc.abstractmethod
+    def job_retry_many(
+        self, *, filter: JobFilter, limit: int = 500, now: datetime | None = None
+    ) -> list[int]:
+        """Up to ``limit`` failed or cancelled jobs matching ``filter`` become available
+        again, with one more attempt allowed; a cancel request is forgotten, a chain
+        ended at the job is resumed and a closed batch reopened. Returns their ids."""
+
+    @abc.abstractmethod
+    def job_cancel_many(
+        self, *, filter: JobFilter, limit: int = 500, now: datetime | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Up to ``limit`` jobs matching ``filter``: those not started become
+        cancelled, running ones are flagged (their worker cancels them).
+        Returns (cancelled, flagged)."""
+
+    @abc.abstractmethod
+    def job_delete_many(self, *, filter: JobFilter, limit: int = 500) -> list[int]:
+        """Delete up to ``limit`` jobs matching ``filter`` that are not running, with
+        their attempts. Returns their ids."""
+
+
+class LeaseStore(abc.ABC):
+    """Claiming jobs, recording how attempts end, and the maintenance of leases."""
+
+    @abc.abstractmethod
+    def job_claim(
+        self,
+        *,
+        queues: Sequence[str],
+        worker_id: str,
+        limit: int,
+        tasks: Sequence[str] | None = None,
+        tags: Sequence[str] = (),
+        lease_s: float | None = None,
+        schema_version: int | None = None,
+        now: datetime | None = None,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` due jobs, highest priority first, for ``worker_id``,
+        counting one attempt each. Only jobs of ``tasks`` (``None``: any task); jobs
+        pinned elsewhere (not to this id or one of ``tags``) are left alone.
+
+        A claimed job is the worker's for as long as the worker heartbeats
+        (``worker_heartbeat``); ``lease_s`` adds a deadline of its own (for clients
+        that hold jobs without heartbeating). With ``schema_version`` older than the
+        database's, nothing is claimed: old code must not bypass newer rules."""
+
+    @abc.abstractmethod
+    def job_finalize_many(
+        self, *, worker_id: str, outcomes: Sequence[Finalize], now: datetime | None = None
+    ) -> list[int]:
+        """Record the ends of ``worker_id``'s attempts; return the ids accepted. An
+        outcome whose lease is no longer held changes nothing (fencing)."""
+
+    @abc.abstractmethod
+    def job_outcome_written(self, *, outcome: Finalize, worker_id: str) -> bool:
+        """Whether this exact outcome is already recorded (a write that committed
+        just before the connection broke, sent again)."""
+
+    @abc.abstractmethod
+    def job_release_many(
+        self, *, worker_id: str, leases: Sequence[Lease], now: datetime | None = None
+    ) -> list[int]:
+        """Give running jobs back (graceful shutdown) without consuming an attempt;
+        the attempt log records the release."""
+
+    @abc.abstractmethod
+    def job_rescue(
+        self, *, worker_ttl_s: float, limit: int = 1000, now: datetime | None = None
+    ) -> RescueResult:
+        """Running jobs whose worker went silent for ``worker_ttl_s`` (or whose own
+        deadline passed) go back to available, or to failed when that was their
+        last attempt (crash-loop protection)."""
+
+    @abc.abstractmethod
+    def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        """Move scheduled jobs whose time has come to available; return how many."""
+
+    @abc.abstractmethod
+    def job_age_priorities(
+        self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        """Raise waiting jobs' priority by one per ``aging_s`` waited (at most
+        ``max_boost``); returns how many changed."""
+
+    @abc.abstractmethod
+    def job_prune(
+        self,
+        *,
+        state: str,
+        older_than_s: float,
+        limit: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        """Delete (or, dry run, count) finished jobs in ``state`` older than the cutoff,
+        with their attempts; never jobs of open batches or unadvanced chain links."""
+
+
+class WorkerStore(abc.ABC):
+    """The registry of live workers, and single-holder leadership."""
+
+    @abc.abstractmethod
+    def worker_heartbeat(self, *, worker: WorkerInfo, now: datetime | None = None) -> Heartbeat:
+        """Record the worker as alive (one row, whatever it runs) and report what it
+        holds, which of its jobs to cancel, whether to stop, and the schema version."""
+
+    @abc.abstractmethod
+    def worker_deregister(self, *, worker_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def worker_request_stop(self, *, worker_id: str) -> bool:
+        """Ask a worker to drain and exit (it learns at its next heartbeat)."""
+
+    @abc.abstractmethod
+    def worker_list(self) -> list[WorkerInfo]:
+        """Every registered worker, with the number of jobs it holds."""
+
+    @abc.abstractmethod
+    def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
+        """Forget workers not seen for ``older_than_s`` (killed without deregistering)."""
+
+    @abc.abstractmethod
+    def leader_attempt_elect(
+        self, *, name: str, holder: str, ttl_s: float, now: datetime | None = None
+    ) -> bool:
+        """Take or renew the lease on ``name``; ``True`` while ``holder`` holds it."""
+
+    @abc.abstractmethod
+    def leader_resign(self, *, name: str, holder: str) -> None: ...
+
+
+class QueueStore(abc.ABC):
+    """Queue settings (pause, limits) and counts."""
+
+    @abc.abstractmethod
+    def queue_set_paused(self, *, name: str, paused: bool, now: datetime | None = None) -> None:
+        """A paused queue is skipped by every worker's claims; running jobs finish."""
+
+    @abc.abstractmethod
+    def queue_set_limit(
+        self, *, name: str, max_running: int | None, now: datetime | None = None
+    ) -> None:
+        """At most ``max_running`` jobs of the queue run at once across all workers
+        (``None``: no limit). Workers see a change within a second."""
+
+    @abc.abstractmethod
+    def queue_set_rate(
+        self,
+        *,
+        name: str,
+        rate_per_s: float | None,
+        rate_burst: float | None,
+        now: datetime | None = None,
+    ) -> None:
+        """A token bucket for the whole queue, shared by every worker (``None``: off)."""
+
+    @abc.abstractmethod
+    def queue_list(self) -> list[QueueInfo]:
+        """Every queue that has jobs or settings, with its counts per state."""
+
+    @abc.abstractmethod
+    def queue_counts(self) -> list[QueueCount]:
+        """Number of jobs per queue, task and state."""
+
+
+class FlowStore(abc.ABC):
+    """Batches and chains."""
+
+    @abc.abstractmethod
+    def batch_create(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+        jobs: Sequence[JobInsert],
+        conn: Any = None,
+        now: datetime | None = None,
+    ) -> tuple[int, bool]:
+        """The batch row and its jobs in one transaction; ``(batch_id, created)``. An
+        idempotency key seen before returns the existing batch and writes nothing."""
+
+    @abc.abstractmethod
+    def batch_get(self, *, batch_id: int) -> BatchRecord | None: ...
+
+    @abc.abstractmethod
+    def batch_list(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[BatchRecord]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def batch_progress(self, *, batch_id: int) -> dict[str, int]:
+        """Jobs of the batch per state: one GROUP BY over the (batch_id, state) index."""
+
+    @abc.abstractmethod
+    def batch_finished_jobs(
+        self, *, batch_id: int, after: tuple[datetime, int] | None = None, limit: int = 500
+    ) -> list[JobRecord]:
+        """Finished jobs of the batch in order of (finished_at, id), after ``after``."""
+
+    @abc.abstractmethod
+    def batch_jobs(self, *, batch_id: int) -> list[JobRecord]:
+        """Every job of the batch, in creation order."""
+
+    @abc.abstractmethod
+    def batch_cancel(self, *, batch_id: int, now: datetime | None = None) -> int:
+        """Cancel the batch's jobs that have not started; mark the batch cancelled once
+        the aggregator closes it. Returns the number of jobs cancelled."""
+
+    @abc.abstractmethod
+    def batch_retry_failed(self, *, batch_id: int, now: datetime | None = None) -> int:
+        """Failed jobs of the batch become available again and the batch reopens."""
+
+    @abc.abstractmethod
+    def batch_ready(self, *, limit: int = 100) -> list[int]:
+        """Open batches with nothing scheduled, available or running."""
+
+    @abc.abstractmethod
+    def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None:
+        """Count, decide the final state, and enqueue ``on_complete`` under an
+        idempotency key, in one transaction. ``None`` if not (or no longer) ready."""
+
+    @abc.abstractmethod
+    def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
+        """Add steps to run after the job; ``False`` if it was already advanced."""
+
+    @abc.abstractmethod
+    def job_chain_due(self, *, limit: int = 100) -> list[ChainLink]: ...
+
+    @abc.abstractmethod
+    def job_chain_advance(
+        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
+    ) -> int | None:
+        """Enqueue the next step (or, with ``None``, end the chain) and link it to the
+        job, in one transaction. Returns the next job's id."""
+
+
+class CronStore(abc.ABC):
+    """What periodic schedules need remembered across workers."""
+
+    @abc.abstractmethod
+    def cron_first_seen(
+        self, *, names: Sequence[str], now: datetime | None = None
+    ) -> dict[str, datetime]:
+        """When each schedule was first seen by any worker (recorded now for new
+        ones): ticks from before a schedule existed are never enqueued."""
+
+
+class Backend(SchemaStore, JobStore, LeaseStore, WorkerStore, QueueStore, FlowStore, CronStore):
+    """Every interface: what ``open_backend`` returns."""

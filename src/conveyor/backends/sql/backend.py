@@ -1,0 +1,608 @@
+"""Every operation of the seam, written once for all SQL dialects.
+
+A dialect supplies its SQL (``queries.sql``, over ``common.sql``), its
+connections, how values travel (time, lists, JSON), and the few operations whose
+strategy truly differs: the hot paths (claim, finalize, release, rescue,
+heartbeat, bulk insert), where PostgreSQL does a whole batch in one statement
+with arrays and ``RETURNING``, and SQLite (one writer) runs a statement per row
+inside one write transaction.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from ...records import (
+    Attempt,
+    BatchRecord,
+    ChainLink,
+    Finalize,
+    Inserted,
+    JobFilter,
+    JobInsert,
+    JobRecord,
+    JobState,
+    QueueCount,
+    QueueInfo,
+    WorkerInfo,
+)
+from ..interfaces import CAPABILITIES, Backend
+from .loader import Migration
+from .logic import KeyPair, callback_insert, check_schema, close_state, insert_resolving
+from .rows import (
+    attempt_from_row,
+    batch_from_row,
+    chain_link_from_row,
+    job_from_row,
+    queue_from_row,
+    worker_from_row,
+)
+
+#: JobFilter field -> the name of its condition in the query files (filter_<field>)
+_FILTER_FIELDS = (
+    "ids",
+    "queues",
+    "tasks",
+    "states",
+    "stage",
+    "tenant",
+    "batch_id",
+    "created_after",
+    "created_before",
+    "finished_after",
+    "finished_before",
+    "search",
+    "due_before",
+    "unpaused",
+)
+_LIST_FIELDS = frozenset({"ids", "queues", "tasks", "states"})
+_TIME_FIELDS = frozenset(
+    {"created_after", "created_before", "finished_after", "finished_before", "due_before"}
+)
+
+
+def _like_pattern(text: str) -> str:
+    """A LIKE pattern matching ``text`` literally anywhere (backslash escapes)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+class SqlBackend(Backend):
+    #: the dialect's named queries (common.sql overridden by its own)
+    Q: dict[str, str]
+    MIGRATIONS: list[Migration]
+    #: what ``supports`` answers yes to
+    capabilities: frozenset[str] = frozenset()
+    #: where, in messages ("the PostgreSQL database", "SQLite database /x.db")
+    where: str = "the database"
+
+    # -- dialect hooks: connections -------------------------------------------------
+    @abc.abstractmethod
+    def _tx(self, conn: Any = None) -> AbstractContextManager[Any]:
+        """A cursor (rows as dicts) in one transaction: the caller's with ``conn``,
+        else one of ours, committed at the end. Writes under it may wait for locks."""
+
+    @abc.abstractmethod
+    def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
+        """Run one statement on its own (autocommit) and return its rows as dicts
+        (none for a statement without result)."""
+
+    @abc.abstractmethod
+    def _count(self, name: str, params: dict[str, Any]) -> int:
+        """Run one write statement on its own; rows it changed."""
+
+    # -- dialect hooks: values ------------------------------------------------------------
+    @abc.abstractmethod
+    def _now(self, now: datetime | None) -> Any:
+        """``now`` as the queries take it (``None`` may mean the server's clock)."""
+
+    @abc.abstractmethod
+    def _ts(self, value: Any) -> datetime | None:
+        """A timestamp column as read back."""
+
+    def _ts_param(self, value: datetime) -> Any:
+        """A timestamp sent as a parameter."""
+        return value
+
+    def _list(self, values: Sequence[Any]) -> Any:
+        """A list parameter, for ``{IN(:p)}``."""
+        return list(values)
+
+    def _wake(self, cur: Any, queues: Sequence[str]) -> None:
+        """Hint workers that ``queues`` have new work (or ``@flow``, ``@cancel``,
+        ``@done``), at commit. Dialects without push notifications do nothing: their
+        workers notice changes by polling."""
+
+    # -- dialect hooks: the hot paths ---------------------------------------------------
+    @abc.abstractmethod
+    def _insert_rows(
+        self, cur: Any, jobs: Sequence[JobInsert], now: Any
+    ) -> list[tuple[int, KeyPair]]:
+        """Insert jobs on ``cur``: (id, (unique_key, idempotency_key)) of each row
+        created; an input whose key conflicted creates none."""
+
+    @abc.abstractmethod
+    def _migration_lock(self, cur: Any) -> None:
+        """Make a second, concurrent migrator wait until this one commits."""
+
+    # -- helpers ---------------------------------------------------------------------
+    def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        cur.execute(self.Q[name], params or {})
+        return list(cur.fetchall()) if cur.description else []
+
+    def _qc(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> int:
+        cur.execute(self.Q[name], params or {})
+        if cur.description:
+            cur.fetchall()
+        return int(cur.rowcount)
+
+    def _job(self, row: dict[str, Any]) -> JobRecord:
+        return job_from_row(row, self._ts)
+
+    def _filter(self, f: JobFilter, before_id: int | None = None) -> tuple[str, dict[str, Any]]:
+        """The WHERE conditions of a filter (each a named query ``filter_<field>``)
+        and their parameters."""
+        parts: list[str] = []
+        params: dict[str, Any] = {}
+        for name in _FILTER_FIELDS:
+            value = getattr(f, name)
+            if value is None:
+                continue
+            parts.append(self.Q[f"filter_{name}"])
+            if name in _LIST_FIELDS:
+                value = self._list([str(v) if name == "states" else v for v in value])
+            elif name in _TIME_FIELDS:
+                value = self._ts_param(value)
+            elif name == "search":
+                value = _like_pattern(value)
+            elif name == "unpaused":
+                if not value:
+                    parts.pop()  # unpaused=False: no condition
+                continue  # the condition has no parameter
+            params[f"f_{name}"] = value
+        if before_id is not None:
+            parts.append(self.Q["filter_before_id"])
+            params["f_before_id"] = int(before_id)
+        return (" AND ".join(f"({p})" for p in parts) or "1 = 1"), params
+
+    def _with_filter(self, name: str, where: str) -> str:
+        return self.Q[name].replace("{FILTER}", where)
+
+    def _filtered_ids(
+        self, cur: Any, name: str, f: JobFilter, limit: int, extra: dict[str, Any] | None = None
+    ) -> list[int]:
+        where, params = self._filter(f)
+        cur.execute(self._with_filter(name, where), {**params, **(extra or {}), "limit": limit})
+        return [int(r["id"]) for r in cur.fetchall()]
+
+    # -- schema ----------------------------------------------------------------------
+    def supports(self, capability: str) -> bool:
+        if capability not in CAPABILITIES:
+            raise ValueError(f"unknown capability {capability!r}; known: {sorted(CAPABILITIES)}")
+        return capability in self.capabilities
+
+    @property
+    def latest_schema(self) -> int:
+        return self.MIGRATIONS[-1].version
+
+    def schema_version(self) -> int:
+        with self._tx() as cur:
+            if not self._q(cur, "schema_version_exists")[0]["present"]:
+                return 0
+            return int(self._q(cur, "schema_version")[0]["version"])
+
+    def migrate(self) -> list[int]:
+        applied: list[int] = []
+        with self._tx() as cur:
+            self._migration_lock(cur)  # a second migrator waits, then finds nothing to do
+            self._q(cur, "schema_version_table")
+            current = int(self._q(cur, "schema_version")[0]["version"])
+            for mig in check_schema(current, self.MIGRATIONS, self.where):
+                self._apply(cur, mig)
+                self._q(cur, "schema_version_insert", {"version": mig.version, "name": mig.name})
+                applied.append(mig.version)
+        return applied
+
+    def _apply(self, cur: Any, migration: Migration) -> None:
+        from .loader import split_statements
+
+        for stmt in split_statements(migration.sql):
+            cur.execute(stmt)
+
+    # -- jobs: producers -----------------------------------------------------------------
+    def job_insert_many(
+        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
+    ) -> list[Inserted]:
+        if not jobs:
+            return []
+        ts = self._now(now)
+        with self._tx(conn) as cur:
+
+            def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
+                return self._insert_rows(cur, subset, ts)
+
+            def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
+                rows = self._q(
+                    cur,
+                    "job_find_by_keys",
+                    {"unique_keys": self._list(uks), "idempotency_keys": self._list(iks)},
+                )
+                return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in rows]
+
+            return insert_resolving(jobs, insert, find)
+
+    # -- jobs: reading ------------------------------------------------------------------
+    def job_get(self, *, job_id: int) -> JobRecord | None:
+        rows = self._rows("job_get", {"id": job_id})
+        return self._job(rows[0]) if rows else None
+
+    def job_list(
+        self, *, filter: JobFilter, limit: int = 50, before_id: int | None = None
+    ) -> list[JobRecord]:
+        where, params = self._filter(filter, before_id)
+        sql = self._with_filter("job_list", where)
+        return [self._job(r) for r in self._rows("job_list", {**params, "limit": limit}, sql=sql)]
+
+    def job_count(self, *, filter: JobFilter) -> dict[str, int]:
+        where, params = self._filter(filter)
+        rows = self._rows("job_count", params, sql=self._with_filter("job_count", where))
+        return {r["state"]: int(r["n"]) for r in rows}
+
+    def job_attempts(self, *, job_id: int) -> list[Attempt]:
+        return [attempt_from_row(r, self._ts) for r in self._rows("job_attempts", {"id": job_id})]
+
+    # -- jobs: operator actions -----------------------------------------------------------
+    def job_retry_many(
+        self, *, filter: JobFilter, limit: int = 500, now: datetime | None = None
+    ) -> list[int]:
+        ts = self._now(now)
+        with self._tx() as cur:
+            ids = self._filtered_ids(cur, "job_select_retryable", filter, limit)
+            if not ids:
+                return []
+            params = {"ids": self._list(ids), "now": ts}
+            # A closed batch one of these jobs belongs to reopens: it closes again
+            # when they finish, and calls its callback again (a new closing).
+            self._qc(cur, "batch_reopen_for_jobs", params)
+            queues = [r["queue"] for r in self._q(cur, "job_queues_of", params)]
+            self._qc(cur, "job_retry_ids", params)
+            self._wake(cur, sorted(set(queues)))
+        return ids
+
+    def job_cancel_many(
+        self, *, filter: JobFilter, limit: int = 500, now: datetime | None = None
+    ) -> tuple[list[int], list[int]]:
+        ts = self._now(now)
+        with self._tx() as cur:
+            pending = self._filtered_ids(cur, "job_select_cancellable", filter, limit)
+            if pending:
+                self._qc(cur, "job_cancel_ids", {"ids": self._list(pending), "now": ts})
+                self._wake(cur, ["@flow", "@done"])
+            running = self._filtered_ids(cur, "job_select_running", filter, limit - len(pending))
+            if running:
+                self._qc(cur, "job_flag_cancel_ids", {"ids": self._list(running)})
+                self._wake(cur, ["@cancel"])
+        return pending, running
+
+    def job_delete_many(self, *, filter: JobFilter, limit: int = 500) -> list[int]:
+        with self._tx() as cur:
+            ids = self._filtered_ids(cur, "job_select_deletable", filter, limit)
+            if ids:
+                params = {"ids": self._list(ids)}
+                self._qc(cur, "attempt_delete_ids", params)
+                self._qc(cur, "job_delete_ids", params)
+        return ids
+
+    def job_outcome_written(self, *, outcome: Finalize, worker_id: str) -> bool:
+        rows = self._rows(
+            "attempt_find",
+            {
+                "job_id": outcome.job_id,
+                "attempt": outcome.ran_attempt,
+                "worker_id": worker_id,
+                "outcome": outcome.outcome,
+            },
+        )
+        return bool(rows)
+
+    # -- maintenance ---------------------------------------------------------------------
+    def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        with self._tx() as cur:
+            rows = self._q(cur, "job_schedule_due", {"limit": limit, "now": self._now(now)})
+            self._wake(cur, sorted({r["queue"] for r in rows}))
+        return len(rows)
+
+    def job_age_priorities(
+        self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        params = {
+            "aging_s": float(aging_s),
+            "max_boost": max_boost,
+            "limit": limit,
+            "now": self._now(now),
+        }
+        return self._count("job_age_priorities", params)
+
+    def job_prune(
+        self,
+        *,
+        state: str,
+        older_than_s: float,
+        limit: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        params = {
+            "state": str(state),
+            "older_than_s": float(older_than_s),
+            "limit": limit,
+            "now": self._now(now),
+        }
+        if dry_run:
+            return int(self._rows("job_prune_count", params)[0]["n"])
+        with self._tx() as cur:
+            ids = [int(r["id"]) for r in self._q(cur, "job_prune_ids", params)]
+            if ids:
+                self._qc(cur, "attempt_delete_ids", {"ids": self._list(ids)})
+                self._qc(cur, "job_delete_ids", {"ids": self._list(ids)})
+        return len(ids)
+
+    # -- workers and leadership -------------------------------------------------------------
+    def worker_deregister(self, *, worker_id: str) -> None:
+        self._count("worker_delete", {"id": worker_id})
+
+    def worker_request_stop(self, *, worker_id: str) -> bool:
+        with self._tx() as cur:
+            found = self._qc(cur, "worker_request_stop", {"id": worker_id}) > 0
+            if found:
+                self._wake(cur, ["@cancel"])
+        return found
+
+    def worker_list(self) -> list[WorkerInfo]:
+        return [worker_from_row(r, self._ts) for r in self._rows("worker_list", {})]
+
+    def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
+        return self._count(
+            "worker_prune_stale", {"older_than_s": float(older_than_s), "now": self._now(now)}
+        )
+
+    def leader_attempt_elect(
+        self, *, name: str, holder: str, ttl_s: float, now: datetime | None = None
+    ) -> bool:
+        params = {"name": name, "holder": holder, "ttl_s": float(ttl_s), "now": self._now(now)}
+        with self._tx() as cur:
+            self._q(cur, "leader_attempt_elect", params)
+            rows = self._q(cur, "leader_get", params)
+        return bool(rows) and rows[0]["holder"] == holder
+
+    def leader_resign(self, *, name: str, holder: str) -> None:
+        self._count("leader_resign", {"name": name, "holder": holder})
+
+    # -- queues ---------------------------------------------------------------------------
+    def queue_set_paused(self, *, name: str, paused: bool, now: datetime | None = None) -> None:
+        with self._tx() as cur:
+            self._qc(
+                cur, "queue_set_paused", {"name": name, "paused": paused, "now": self._now(now)}
+            )
+            if not paused:
+                self._wake(cur, [name])
+
+    def queue_set_limit(
+        self, *, name: str, max_running: int | None, now: datetime | None = None
+    ) -> None:
+        params = {"name": name, "max_running": max_running, "now": self._now(now)}
+        with self._tx() as cur:
+            self._qc(cur, "queue_set_limit", params)
+            self._wake(cur, [name])
+        self._limits_changed()
+
+    def queue_set_rate(
+        self,
+        *,
+        name: str,
+        rate_per_s: float | None,
+        rate_burst: float | None,
+        now: datetime | None = None,
+    ) -> None:
+        params = {
+            "name": name,
+            "rate_per_s": rate_per_s,
+            "rate_burst": rate_burst,
+            "now": self._now(now),
+        }
+        with self._tx() as cur:
+            self._qc(cur, "queue_set_rate", params)
+            self._wake(cur, [name])
+        self._limits_changed()
+
+    def _limits_changed(self) -> None:
+        """A dialect that caches queue limits forgets them."""
+
+    def queue_list(self) -> list[QueueInfo]:
+        return [queue_from_row(r) for r in self._rows("queue_list", {})]
+
+    def queue_counts(self) -> list[QueueCount]:
+        return [
+            QueueCount(r["queue"], r["state"], int(r["n"]), r["task"])
+            for r in self._rows("queue_counts", {})
+        ]
+
+    # -- batches --------------------------------------------------------------------------
+    def batch_create(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+        jobs: Sequence[JobInsert],
+        conn: Any = None,
+        now: datetime | None = None,
+    ) -> tuple[int, bool]:
+        ts = self._now(now)
+        with self._tx(conn) as cur:
+            rows = self._q(
+                cur,
+                "batch_insert",
+                {
+                    "name": name,
+                    "task": task,
+                    "total": len(jobs),
+                    "now": ts,
+                    "idempotency_key": idempotency_key,
+                    "on_complete": on_complete_json,
+                },
+            )
+            if not rows:  # the key named an existing batch: return it, write nothing
+                found = self._q(cur, "batch_find_by_key", {"idempotency_key": idempotency_key})
+                return int(found[0]["id"]), False
+            batch_id = int(rows[0]["id"])
+            if jobs:
+                self._insert_rows(cur, [j._replace(batch_id=batch_id) for j in jobs], ts)
+        return batch_id, True
+
+    def batch_get(self, *, batch_id: int) -> BatchRecord | None:
+        rows = self._rows("batch_get", {"id": batch_id})
+        return batch_from_row(rows[0], self._ts) if rows else None
+
+    def batch_list(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[BatchRecord]:
+        rows = self._rows(
+            "batch_list",
+            {
+                "state": state or "",
+                "limit": limit,
+                "before_id": before_id if before_id is not None else 2**62,
+            },
+        )
+        return [batch_from_row(r, self._ts) for r in rows]
+
+    def batch_progress(self, *, batch_id: int) -> dict[str, int]:
+        return {r["state"]: int(r["n"]) for r in self._rows("batch_progress", {"id": batch_id})}
+
+    def batch_finished_jobs(
+        self, *, batch_id: int, after: tuple[datetime, int] | None = None, limit: int = 500
+    ) -> list[JobRecord]:
+        after_at, after_id = after or (datetime(1970, 1, 1, tzinfo=UTC), 0)
+        rows = self._rows(
+            "batch_finished_jobs",
+            {
+                "id": batch_id,
+                "after_at": self._ts_param(after_at),
+                "after_id": after_id,
+                "limit": limit,
+            },
+        )
+        return [self._job(r) for r in rows]
+
+    def batch_jobs(self, *, batch_id: int) -> list[JobRecord]:
+        return [self._job(r) for r in self._rows("batch_jobs", {"id": batch_id})]
+
+    def batch_cancel(self, *, batch_id: int, now: datetime | None = None) -> int:
+        params = {"id": batch_id, "now": self._now(now)}
+        with self._tx() as cur:
+            if not self._qc(cur, "batch_mark_cancelled", params):
+                return 0
+            n = self._qc(cur, "batch_cancel_jobs", params)
+            self._wake(cur, ["@flow", "@done"])
+        return n
+
+    def batch_retry_failed(self, *, batch_id: int, now: datetime | None = None) -> int:
+        return len(
+            self.job_retry_many(
+                filter=JobFilter(batch_id=batch_id, states=(JobState.FAILED,)),
+                limit=2**31 - 1,
+                now=now,
+            )
+        )
+
+    def batch_ready(self, *, limit: int = 100) -> list[int]:
+        return [int(r["id"]) for r in self._rows("batch_ready", {"limit": limit})]
+
+    def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None:
+        ts = self._now(now)
+        with self._tx() as cur:
+            # A row lock (or, on SQLite, the write lock): an overlapping aggregator
+            # waits here and then finds the batch closed.
+            row = self._q(cur, "batch_lock_open", {"id": batch_id})
+            if not row:
+                return None
+            counts = {
+                r["state"]: int(r["n"]) for r in self._q(cur, "batch_progress", {"id": batch_id})
+            }
+            state = close_state(counts, cancelled=row[0]["cancelled_at"] is not None)
+            if state is None:
+                return None  # work came back (a retry) since batch_ready looked
+            params = {"id": batch_id, "state": str(state), "counts": json.dumps(counts), "now": ts}
+            self._qc(cur, "batch_mark_closed", params)
+            closed = batch_from_row(self._q(cur, "batch_get", {"id": batch_id})[0], self._ts)
+            callback = callback_insert(closed)
+            if callback is not None:
+                created = self._insert_rows(cur, [callback], ts)
+                if created:
+                    self._qc(cur, "batch_set_callback", {"id": batch_id, "job_id": created[0][0]})
+                    closed = replace(closed, callback_job_id=created[0][0])
+                self._wake(cur, [callback.queue])
+        return closed
+
+    # -- chains ---------------------------------------------------------------------------
+    def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
+        with self._tx() as cur:
+            rows = self._q(cur, "job_chain_get", {"id": job_id})
+            if not rows:
+                return False
+            chain = (json.loads(rows[0]["chain"]) if rows[0]["chain"] else []) + json.loads(
+                steps_json
+            )
+            self._qc(cur, "job_chain_set", {"id": job_id, "chain": json.dumps(chain)})
+        return True
+
+    def job_chain_due(self, *, limit: int = 100) -> list[ChainLink]:
+        return [chain_link_from_row(r) for r in self._rows("job_chain_due", {"limit": limit})]
+
+    def job_chain_advance(
+        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
+    ) -> int | None:
+        ts = self._now(now)
+        with self._tx() as cur:
+            next_id = 0
+            if next_job is not None:
+                created = self._insert_rows(cur, [next_job], ts)
+                if created:
+                    next_id = created[0][0]
+                    self._wake(cur, [next_job.queue])
+                else:  # advanced before (its idempotency key exists): link to that job
+                    found = self._q(
+                        cur,
+                        "job_find_by_keys",
+                        {
+                            "unique_keys": self._list([]),
+                            "idempotency_keys": self._list([next_job.idempotency_key or ""]),
+                        },
+                    )
+                    next_id = int(found[0]["id"])
+            self._qc(cur, "job_chain_link", {"id": job_id, "next_id": next_id})
+        return next_id or None
+
+    # -- cron ------------------------------------------------------------------------------
+    def cron_first_seen(
+        self, *, names: Sequence[str], now: datetime | None = None
+    ) -> dict[str, datetime]:
+        ts = self._now(now)
+        with self._tx() as cur:
+            for name in sorted(names):  # one order everywhere: racing workers wait, not deadlock
+                self._qc(cur, "periodic_register", {"name": name, "now": ts})
+            rows = self._q(cur, "periodic_first_seen", {"names": self._list(list(names))})
+        return {r["name"]: self._ts(r["first_seen_at"]) or datetime.now(UTC) for r in rows}
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

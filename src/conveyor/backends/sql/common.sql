@@ -1,0 +1,279 @@
+-- Queries every dialect runs as they are (a dialect's queries.sql may override
+-- any of them). Parameters are :name; {MACROS} stand for what differs between
+-- databases (see loader.py). Portable SQL: no casts, booleans as TRUE/FALSE,
+-- and no RETURNING or ON CONFLICT except in the upserts at the end (a dialect
+-- without them overrides those).
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM conveyor_schema_version
+
+-- name: schema_version_insert
+INSERT INTO conveyor_schema_version (version, name) VALUES (:version, :name)
+
+-- name: job_get
+SELECT * FROM conveyor_jobs WHERE id = :id
+
+-- name: job_find_by_keys
+-- Existing jobs behind keys that conflicted: idempotency keys forever, unique keys
+-- only while unfinished (the same predicate as the partial unique index).
+SELECT id, unique_key, idempotency_key FROM conveyor_jobs
+WHERE idempotency_key {IN(:idempotency_keys)}
+   OR (unique_key {IN(:unique_keys)} AND state IN ('scheduled', 'available', 'running'))
+
+-- name: job_list
+-- Keyset pagination: the previous page's last id is the cursor (filter_before_id),
+-- never OFFSET, so a page deep in a big table costs what the first one does.
+SELECT * FROM conveyor_jobs WHERE {FILTER} ORDER BY id DESC LIMIT :limit
+
+-- name: job_count
+SELECT state, count(*) AS n FROM conveyor_jobs WHERE {FILTER} GROUP BY state
+
+-- Conditions of a JobFilter, one per field: the backend joins those in use with AND.
+-- name: filter_ids
+id {IN(:f_ids, bigint)}
+-- name: filter_queues
+queue {IN(:f_queues)}
+-- name: filter_tasks
+task {IN(:f_tasks)}
+-- name: filter_states
+state {IN(:f_states)}
+-- name: filter_stage
+stage = :f_stage
+-- name: filter_tenant
+tenant = :f_tenant
+-- name: filter_batch_id
+batch_id = :f_batch_id
+-- name: filter_created_after
+created_at >= {TS(:f_created_after)}
+-- name: filter_created_before
+created_at < {TS(:f_created_before)}
+-- name: filter_finished_after
+finished_at >= {TS(:f_finished_after)}
+-- name: filter_finished_before
+finished_at < {TS(:f_finished_before)}
+-- name: filter_search
+{ICONTAINS(args, :f_search)}
+-- name: filter_due_before
+scheduled_at <= {TS(:f_due_before)}
+-- name: filter_unpaused
+NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = conveyor_jobs.queue AND p.paused)
+-- name: filter_before_id
+id < :f_before_id
+
+-- name: job_attempts
+SELECT * FROM conveyor_attempts WHERE job_id = :id ORDER BY id
+
+-- name: attempt_find
+-- Is this exact outcome recorded already (a write that committed before the
+-- connection broke, sent again)?
+SELECT id FROM conveyor_attempts
+WHERE job_id = :job_id AND attempt = :attempt AND worker_id = :worker_id AND outcome = :outcome
+
+-- name: job_select_retryable
+-- Bulk actions work through a filter in bounded slices, oldest first, each slice
+-- its own short transaction; rows are locked so two operators never race.
+SELECT id FROM conveyor_jobs
+WHERE {FILTER} AND state IN ('failed', 'cancelled')
+ORDER BY id LIMIT :limit {FOR_UPDATE}
+
+-- name: job_select_cancellable
+SELECT id FROM conveyor_jobs
+WHERE {FILTER} AND state IN ('scheduled', 'available')
+ORDER BY id LIMIT :limit {FOR_UPDATE}
+
+-- name: job_select_running
+SELECT id FROM conveyor_jobs
+WHERE {FILTER} AND state = 'running' AND NOT cancel_requested
+ORDER BY id LIMIT :limit {FOR_UPDATE}
+
+-- name: job_select_deletable
+SELECT id FROM conveyor_jobs
+WHERE {FILTER} AND state <> 'running'
+ORDER BY id LIMIT :limit {FOR_UPDATE}
+
+-- name: job_queues_of
+SELECT DISTINCT queue FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
+
+-- name: job_retry_ids
+-- Operator retry: at least one more attempt than were made; a cancel request of
+-- the run that was cancelled is forgotten; a chain that ended at this job (0)
+-- is open again, so the flow service advances it when the job succeeds.
+UPDATE conveyor_jobs
+SET state = 'available', max_attempts = {GREATEST(max_attempts, attempt + 1)},
+    scheduled_at = {NOW}, finished_at = NULL, cancel_requested = FALSE,
+    chain_next = CASE WHEN chain_next = 0 THEN NULL ELSE chain_next END
+WHERE id {IN(:ids, bigint)} AND state IN ('failed', 'cancelled')
+
+-- name: batch_reopen_for_jobs
+-- A retried job of a closed batch reopens it (state running, final counts gone);
+-- the next closing has a new number, which keys a new callback.
+UPDATE conveyor_batches
+SET state = 'running', finished_at = NULL, counts = NULL, cancelled_at = NULL
+WHERE state <> 'running'
+  AND id IN (SELECT batch_id FROM conveyor_jobs WHERE id {IN(:ids, bigint)} AND batch_id IS NOT NULL)
+
+-- name: job_cancel_ids
+UPDATE conveyor_jobs
+SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled before it started'
+WHERE id {IN(:ids, bigint)} AND state IN ('scheduled', 'available')
+
+-- name: job_flag_cancel_ids
+-- A running job cannot be stopped from here: flag it, and its worker cancels it
+-- at its next heartbeat (sooner where a notification wakes that heartbeat).
+UPDATE conveyor_jobs SET cancel_requested = TRUE WHERE id {IN(:ids, bigint)} AND state = 'running'
+
+-- name: job_delete_ids
+DELETE FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
+
+-- name: attempt_delete_ids
+DELETE FROM conveyor_attempts WHERE job_id {IN(:ids, bigint)}
+
+-- name: job_prune_count
+SELECT count(*) AS n FROM conveyor_jobs j
+WHERE j.state = :state AND j.finished_at < {NOW_MINUS(:older_than_s)}
+  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+
+-- name: worker_delete
+DELETE FROM conveyor_workers WHERE id = :id
+
+-- name: worker_prune_stale
+DELETE FROM conveyor_workers WHERE last_seen_at < {NOW_MINUS(:older_than_s)}
+
+-- name: worker_request_stop
+UPDATE conveyor_workers SET stop_requested = TRUE WHERE id = :id
+
+-- name: worker_list
+SELECT w.*, (SELECT count(*) FROM conveyor_jobs j
+             WHERE j.lease_owner = w.id AND j.state = 'running') AS running
+FROM conveyor_workers w ORDER BY w.started_at, w.id
+
+-- name: leader_get
+SELECT holder FROM conveyor_leaders WHERE name = :name
+
+-- name: leader_resign
+DELETE FROM conveyor_leaders WHERE name = :name AND holder = :holder
+
+-- name: queue_limits
+SELECT name, max_running, keyed, rate_per_s, rate_burst FROM conveyor_queues
+WHERE name {IN(:queues)}
+
+-- name: queue_counts
+-- Every job is counted: a full scan on a big table (status, not the hot path).
+SELECT queue, task, state, count(*) AS n FROM conveyor_jobs
+GROUP BY queue, task, state ORDER BY queue, task, state
+
+-- name: batch_find_by_key
+SELECT id FROM conveyor_batches WHERE idempotency_key = :idempotency_key
+
+-- name: batch_get
+-- With the state of its last callback job: a failed callback shows on the batch.
+SELECT b.*, c.state AS callback_state FROM conveyor_batches b
+LEFT JOIN conveyor_jobs c ON c.id = b.callback_job_id
+WHERE b.id = :id
+
+-- name: batch_list
+SELECT b.*, c.state AS callback_state FROM conveyor_batches b
+LEFT JOIN conveyor_jobs c ON c.id = b.callback_job_id
+WHERE (:state = '' OR b.state = :state) AND b.id < :before_id
+ORDER BY b.id DESC
+LIMIT :limit
+
+-- name: batch_progress
+-- One GROUP BY over the (batch_id, state) index: no counters on the batch row.
+SELECT state, count(*) AS n FROM conveyor_jobs WHERE batch_id = :id GROUP BY state
+
+-- name: batch_finished_jobs
+SELECT * FROM conveyor_jobs
+WHERE batch_id = :id AND state IN ('succeeded', 'failed', 'cancelled')
+  AND (finished_at > {TS(:after_at)} OR (finished_at = {TS(:after_at)} AND id > :after_id))
+ORDER BY finished_at, id
+LIMIT :limit
+
+-- name: batch_jobs
+SELECT * FROM conveyor_jobs WHERE batch_id = :id ORDER BY id
+
+-- name: batch_mark_cancelled
+UPDATE conveyor_batches SET cancelled_at = {NOW} WHERE id = :id AND state = 'running'
+
+-- name: batch_cancel_jobs
+UPDATE conveyor_jobs
+SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled with its batch'
+WHERE batch_id = :id AND state IN ('scheduled', 'available')
+
+-- name: batch_ready
+SELECT b.id FROM conveyor_batches b
+WHERE b.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM conveyor_jobs j
+                  WHERE j.batch_id = b.id AND j.state IN ('scheduled', 'available', 'running'))
+ORDER BY b.id
+LIMIT :limit
+
+-- name: batch_lock_open
+-- Row lock for the closing transaction: a second aggregator (a leader handover
+-- overlap) waits here and then finds the batch closed.
+SELECT * FROM conveyor_batches WHERE id = :id AND state = 'running' {FOR_UPDATE}
+
+-- name: batch_mark_closed
+UPDATE conveyor_batches
+SET state = :state, counts = {JSON(:counts)}, closings = closings + 1, finished_at = {NOW}
+WHERE id = :id AND state = 'running'
+
+-- name: batch_set_callback
+UPDATE conveyor_batches SET callback_job_id = :job_id WHERE id = :id
+
+-- name: job_chain_get
+SELECT chain FROM conveyor_jobs WHERE id = :id AND chain_next IS NULL {FOR_UPDATE}
+
+-- name: job_chain_set
+UPDATE conveyor_jobs SET chain = {JSON(:chain)} WHERE id = :id AND chain_next IS NULL
+
+-- name: job_chain_due
+SELECT id, state, result, error, chain, chain_root FROM conveyor_jobs
+WHERE chain IS NOT NULL AND chain_next IS NULL AND state IN ('succeeded', 'failed', 'cancelled')
+ORDER BY id
+LIMIT :limit
+
+-- name: job_chain_link
+-- 0 marks a chain that ended here (a failed or cancelled step).
+UPDATE conveyor_jobs SET chain_next = :next_id WHERE id = :id AND chain_next IS NULL
+
+-- name: periodic_first_seen
+SELECT name, first_seen_at FROM conveyor_periodics WHERE name {IN(:names)}
+
+-- Upserts: PostgreSQL and SQLite share ON CONFLICT; a dialect without it (MySQL:
+-- ON DUPLICATE KEY UPDATE) overrides these.
+
+-- name: batch_insert
+-- ON CONFLICT on the idempotency key: a request seen before returns no row,
+-- and the backend then returns the existing batch without inserting jobs.
+INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete, created_at)
+VALUES (:name, :task, :total, 'running', :idempotency_key, {JSON(:on_complete)}, {NOW})
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: leader_attempt_elect
+-- Take the lease if it is free or expired, renew it if it is ours.
+INSERT INTO conveyor_leaders (name, holder, expires_at)
+VALUES (:name, :holder, {NOW_PLUS(:ttl_s)})
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE conveyor_leaders.holder = excluded.holder OR conveyor_leaders.expires_at < {NOW}
+
+-- name: periodic_register
+-- The first worker to see a schedule records when; later ones change nothing.
+INSERT INTO conveyor_periodics (name, first_seen_at) VALUES (:name, {NOW})
+ON CONFLICT (name) DO NOTHING
+
+-- name: queue_set_paused
+INSERT INTO conveyor_queues (name, paused, updated_at) VALUES (:name, :paused, {NOW})
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+
+-- name: queue_set_limit
+INSERT INTO conveyor_queues (name, max_running, updated_at) VALUES (:name, :max_running, {NOW})
+ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at
+
+-- name: queue_set_rate
+INSERT INTO conveyor_queues (name, rate_per_s, rate_burst, updated_at)
+VALUES (:name, :rate_per_s, :rate_burst, {NOW})
+ON CONFLICT (name) DO UPDATE SET rate_per_s = excluded.rate_per_s,
+    rate_burst = excluded.rate_burst, updated_at = excluded.updated_at

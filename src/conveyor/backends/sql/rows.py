@@ -1,0 +1,153 @@
+"""Rows to records, and back: the same for every dialect, given how the dialect
+hands back timestamps (``ts``) and JSON columns (``loads``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from ...records import (
+    Attempt,
+    BatchRecord,
+    BatchState,
+    ChainLink,
+    JobRecord,
+    JobState,
+    QueueInfo,
+    WorkerInfo,
+)
+
+Ts = Callable[[Any], datetime | None]
+Loads = Callable[[Any], Any]
+
+
+def loads(value: Any) -> Any:
+    """JSON columns arrive as text from every dialect (PostgreSQL is told to hand
+    jsonb back as text), so one decoder serves all."""
+    return None if value is None else json.loads(value)
+
+
+def _list(value: Any) -> list[Any]:
+    """Arrays: PostgreSQL text[] arrives as a list, the others store JSON text."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else list(json.loads(value))
+
+
+def job_from_row(row: dict[str, Any], ts: Ts) -> JobRecord:
+    args = loads(row["args"]) or {}
+    pins = row.get("pinned_to")
+    return JobRecord(
+        id=row["id"],
+        queue=row["queue"],
+        task=row["task"],
+        args=list(args.get("args", [])),
+        kwargs=dict(args.get("kwargs", {})),
+        state=JobState(row["state"]),
+        priority=row["priority"],
+        attempts=row["attempt"],
+        max_attempts=row["max_attempts"],
+        created_at=ts(row["created_at"]) or datetime.now(UTC),
+        scheduled_at=ts(row["scheduled_at"]) or datetime.now(UTC),
+        started_at=ts(row["started_at"]),
+        finished_at=ts(row["finished_at"]),
+        result=loads(row.get("result")),
+        error=row.get("error"),
+        stage=row["stage"],
+        timeout=row["timeout_s"],
+        backoff=loads(row["backoff"]),
+        unique_key=row["unique_key"],
+        idempotency_key=row["idempotency_key"],
+        lease_owner=row["lease_owner"],
+        lease_token=row["lease_token"],
+        lease_expires_at=ts(row["lease_expires_at"]),
+        batch_id=row.get("batch_id"),
+        context=loads(row.get("context")),
+        chain_root=row.get("chain_root"),
+        chain_next=row.get("chain_next"),
+        chain=loads(row.get("chain")),
+        tenant=row.get("tenant"),
+        base_priority=row.get("base_priority"),
+        concurrency_key=row.get("concurrency_key"),
+        rate_key=row.get("rate_key"),
+        pinned_to=None if pins is None else _list(pins),
+        cancel_requested=bool(row.get("cancel_requested")),
+    )
+
+
+def attempt_from_row(row: dict[str, Any], ts: Ts) -> Attempt:
+    return Attempt(
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        worker_id=row["worker_id"],
+        started_at=ts(row["started_at"]),
+        finished_at=ts(row["finished_at"]) or datetime.now(UTC),
+        outcome=row["outcome"],
+        stage=row.get("stage"),
+        error=row["error"],
+        traceback=row["traceback"],
+    )
+
+
+def batch_from_row(row: dict[str, Any], ts: Ts) -> BatchRecord:
+    callback_state = row.get("callback_state")
+    state = BatchState(row["state"])
+    if state != BatchState.RUNNING and callback_state == JobState.FAILED:
+        state = BatchState.CALLBACK_FAILED
+    return BatchRecord(
+        id=row["id"],
+        name=row["name"],
+        task=row["task"],
+        total=row["total"],
+        state=state,
+        idempotency_key=row["idempotency_key"],
+        on_complete=loads(row["on_complete"]),
+        closings=row["closings"],
+        counts=loads(row["counts"]),
+        created_at=ts(row["created_at"]) or datetime.now(UTC),
+        finished_at=ts(row["finished_at"]),
+        cancelled_at=ts(row["cancelled_at"]),
+        callback_job_id=row.get("callback_job_id"),
+        callback_state=None if callback_state is None else JobState(callback_state),
+    )
+
+
+def worker_from_row(row: dict[str, Any], ts: Ts) -> WorkerInfo:
+    tasks = row.get("tasks")
+    return WorkerInfo(
+        id=row["id"],
+        hostname=row["hostname"],
+        pid=row["pid"],
+        queues=_list(row["queues"]),
+        concurrency=row["concurrency"],
+        tags=_list(row.get("tags")),
+        started_at=ts(row["started_at"]),
+        last_seen_at=ts(row["last_seen_at"]),
+        tasks=None if tasks is None else _list(tasks),
+        running=int(row.get("running") or 0),
+        stop_requested=bool(row.get("stop_requested")),
+    )
+
+
+def queue_from_row(row: dict[str, Any]) -> QueueInfo:
+    return QueueInfo(
+        name=row["name"],
+        paused=bool(row["paused"]),
+        counts={k: int(v) for k, v in (loads(row["counts"]) or {}).items()},
+        max_running=row["max_running"],
+        rate_per_s=row.get("rate_per_s"),
+        rate_burst=row.get("rate_burst"),
+    )
+
+
+def chain_link_from_row(row: dict[str, Any]) -> ChainLink:
+    return ChainLink(
+        id=row["id"],
+        state=row["state"],
+        result_json=row["result"],
+        error=row["error"],
+        chain=json.loads(row["chain"]),
+        chain_root=row["chain_root"],
+    )

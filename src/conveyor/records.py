@@ -1,0 +1,404 @@
+"""States and records: what every layer of Conveyor passes around.
+
+A leaf module: it imports nothing of Conveyor's but its errors, so the backends, the runtime, the
+façade and its clients can all depend on it without a cycle. States are
+string-valued enums, so the database and JSON keep their text
+(``JobState.SUCCEEDED == "succeeded"``). Records are frozen dataclasses, read
+from the database at one moment; the façade wraps some of them in handles with
+methods (``conveyor.Job``, ``conveyor.Batch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from .errors import ConfigError
+
+
+class JobState(StrEnum):
+    """scheduled -> available -> running -> succeeded | failed | cancelled.
+
+    A retry goes from running back to scheduled, with a backoff time.
+    """
+
+    SCHEDULED = "scheduled"
+    AVAILABLE = "available"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATES
+
+    @property
+    def waiting(self) -> bool:
+        return self in WAITING_STATES
+
+
+FINISHED_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.AVAILABLE})
+ACTIVE_STATES = WAITING_STATES | {JobState.RUNNING}
+#: display order, also the columns of `conveyor status`
+STATE_ORDER = tuple(JobState)
+
+
+class BatchState(StrEnum):
+    """A batch is running until the aggregator closes it; then it is final,
+    unless ``retry_failed`` reopens it. ``callback_failed`` is a closed batch
+    whose ``on_complete`` job failed (read from that job, never stored)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    COMPLETED_WITH_FAILURES = "completed_with_failures"
+    CANCELLED = "cancelled"
+    CALLBACK_FAILED = "callback_failed"
+
+
+class Outcome(StrEnum):
+    """How an attempt ended, as recorded in the attempt log."""
+
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"
+    FAILED = "failed"
+    #: the worker stopped heartbeating (crashed, cut off) and the job was rescued
+    LOST = "lost"
+    CANCELLED = "cancelled"
+    #: NextStage: the job went back to the queue at its next stage
+    STAGE = "stage"
+    SNOOZED = "snoozed"
+    #: graceful shutdown gave the job back without using the attempt
+    RELEASED = "released"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as the database holds it, at the moment it was read."""
+
+    id: int
+    queue: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    state: JobState
+    priority: int
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    scheduled_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    result: Any = None
+    error: str | None = None
+    stage: str | None = None
+    timeout: float | None = None
+    backoff: dict[str, float] | None = None
+    unique_key: str | None = None
+    idempotency_key: str | None = None
+    lease_owner: str | None = None
+    lease_token: str | None = None
+    lease_expires_at: datetime | None = None
+    #: the batch the job belongs to, if any
+    batch_id: int | None = None
+    #: data a multi-stage handler carries from one stage to the next (NextStage)
+    context: Any = None
+    #: chains: the first job of this job's chain, and the job run after this one
+    #: (0 once a failed step ended the chain)
+    chain_root: int | None = None
+    chain_next: int | None = None
+    #: steps still to run after this job, if it is part of a chain
+    chain: list[dict[str, Any]] | None = None
+    #: the user or tenant the job is for (a filter in lists and the API)
+    tenant: str | None = None
+    #: the priority it was sent with, before aging raised it
+    base_priority: int | None = None
+    concurrency_key: str | None = None
+    rate_key: str | None = None
+    #: worker ids or tags, one of which a worker must have to run the job
+    pinned_to: list[str] | None = None
+    #: an operator asked to cancel it while it ran
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One execution of a job, as recorded when it ended."""
+
+    job_id: int
+    attempt: int
+    worker_id: str | None
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: str  # an Outcome value
+    error: str | None = None
+    traceback: str | None = None
+    stage: str | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    id: int
+    name: str | None
+    task: str
+    total: int
+    state: BatchState
+    idempotency_key: str | None
+    on_complete: dict[str, Any] | None
+    closings: int
+    counts: dict[str, int] | None
+    created_at: datetime
+    finished_at: datetime | None
+    cancelled_at: datetime | None
+    #: the on_complete job of the last closing, and its state
+    callback_job_id: int | None = None
+    callback_state: JobState | None = None
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    paused: bool
+    counts: dict[str, int]
+    max_running: int | None = None
+    rate_per_s: float | None = None
+    rate_burst: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: str
+    hostname: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    tags: list[str] = field(default_factory=list)
+    started_at: datetime | None = None
+    last_seen_at: datetime | None = None
+    #: task names this worker has handlers for; None: it runs any task
+    tasks: list[str] | None = None
+    #: jobs it holds now (filled in by lists, not by heartbeats)
+    running: int = 0
+    stop_requested: bool = False
+
+
+@dataclass(frozen=True)
+class QueueCount:
+    queue: str
+    state: str
+    count: int
+    task: str | None = None
+
+
+class JobInsert(NamedTuple):
+    """One job to create. ``args_json`` is already-encoded ``{"args":..,"kwargs":..}``.
+    A NamedTuple rather than a dataclass: bulk enqueue builds thousands per call."""
+
+    queue: str
+    task: str
+    args_json: str
+    priority: int = 0
+    max_attempts: int = 3
+    delay_s: float = 0.0
+    timeout_s: float | None = None
+    backoff_json: str | None = None
+    unique_key: str | None = None
+    idempotency_key: str | None = None
+    batch_id: int | None = None
+    stage: str | None = None
+    context_json: str | None = None
+    #: steps still to run after this job: a JSON list of step templates
+    chain_json: str | None = None
+    chain_root: int | None = None
+    #: at most concurrency_limit jobs with this key run at once, cluster-wide
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    #: a token bucket shared by all workers: rate_per_s tokens a second, up to burst
+    rate_key: str | None = None
+    rate_per_s: float | None = None
+    rate_burst: float | None = None
+    #: JSON list of worker ids/tags; one must be the claiming worker's
+    pinned_to: str | None = None
+    #: jobs of one spread group each run on a different worker
+    spread_group: str | None = None
+    tenant: str | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Jobs the fast claim path leaves to the serialized, limit-aware one: keyed,
+        rate-limited, pinned or spread jobs."""
+        return bool(self.concurrency_key or self.rate_key or self.pinned_to or self.spread_group)
+
+
+@dataclass(frozen=True)
+class Inserted:
+    """Outcome of one ``JobInsert``: the job id, and whether this call created it
+    (``False`` when a unique or idempotency key already named an existing job)."""
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof that a worker holds a running job: only the holder knows the token."""
+
+    job_id: int
+    token: str
+
+
+class Finalize(NamedTuple):
+    """End of one attempt, written only if the lease is still held.
+
+    ``state`` is the job's next state: ``succeeded``, ``failed``, ``cancelled``, or
+    ``scheduled`` (a retry, due ``retry_in_s`` seconds after ``now``). A NamedTuple:
+    a busy worker makes one per job.
+    """
+
+    job_id: int
+    token: str
+    state: str
+    outcome: str
+    result_json: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    retry_in_s: float | None = None
+    #: the attempt number and stage this outcome ends (recorded with the attempt)
+    ran_attempt: int | None = None
+    ran_stage: str | None = None
+    #: outcome "stage": the job moves on to this stage, attempts start again
+    next_stage: str | None = None
+    context_json: str | None = None
+    priority: int | None = None
+    #: a retry that may use one more attempt than max_attempts allowed (error classifier)
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """A finished job whose chain has not been advanced yet."""
+
+    id: int
+    state: str
+    result_json: str | None
+    error: str | None
+    chain: list[dict[str, Any]]
+    chain_root: int | None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a heartbeat learns: the jobs this worker still holds (id -> token),
+    those whose cancellation was requested, whether an operator asked the worker
+    to stop, and the database's schema version (a newer one: stop claiming)."""
+
+    held: dict[int, str] = field(default_factory=dict)
+    cancel: list[int] = field(default_factory=list)
+    stop: bool = False
+    schema_version: int = 0
+    #: the worker's row was gone (it was judged dead): every job it held is lost
+    resurrected: bool = False
+
+
+@dataclass(frozen=True)
+class RescueResult:
+    requeued: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+
+
+def _tuple(value: Any, name: str) -> tuple[Any, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str | int):
+        return (value,)
+    if isinstance(value, Iterable):
+        out = tuple(value)
+        return out or None
+    raise ConfigError(f"filter {name} must be a value or a list of values, got {value!r}")
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a list, a count or a bulk action applies to. Every field narrows
+    the selection; a filter with no field set selects every job.
+
+    ``search`` matches a substring of the arguments as stored (JSON text), case
+    insensitive. Times are compared with ``created_at`` / ``finished_at``.
+    """
+
+    ids: tuple[int, ...] | None = None
+    queues: tuple[str, ...] | None = None
+    tasks: tuple[str, ...] | None = None
+    states: tuple[JobState, ...] | None = None
+    stage: str | None = None
+    tenant: str | None = None
+    batch_id: int | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
+    search: str | None = None
+    #: due by then (``scheduled_at <= due_before``)
+    due_before: datetime | None = None
+    #: True: only jobs of queues that are not paused
+    unpaused: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ids", "queues", "tasks", "states"):
+            object.__setattr__(self, name, _tuple(getattr(self, name), name))
+        if self.states is not None:
+            try:
+                object.__setattr__(self, "states", tuple(JobState(s) for s in self.states))
+            except ValueError:
+                names = ", ".join(s.value for s in JobState)
+                raise ConfigError(
+                    f"unknown job state in {self.states!r}; states are: {names}"
+                ) from None
+        if self.ids is not None:
+            try:
+                object.__setattr__(self, "ids", tuple(int(i) for i in self.ids))
+            except (TypeError, ValueError):
+                raise ConfigError(f"job ids must be integers, got {self.ids!r}") from None
+
+    @property
+    def empty(self) -> bool:
+        """Selects every job (no field set)."""
+        return all(getattr(self, f) is None for f in self.__dataclass_fields__)
+
+    def describe(self) -> str:
+        """A short human form, for logs and confirmations."""
+        parts = []
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, tuple):
+                value = ",".join(str(v) for v in value)
+            elif isinstance(value, datetime):
+                value = value.isoformat()
+            parts.append(f"{name}={value}")
+        return " ".join(parts) or "all jobs"
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk action did: ``matched`` jobs the filter selected in the states
+    the action applies to (counted first), ``done`` jobs it changed (fewer if some
+    moved on meanwhile); for a cancel, ``requested`` running jobs were flagged."""
+
+    action: str
+    filter: JobFilter
+    matched: int
+    done: int = 0
+    requested: int = 0
+    dry_run: bool = False

@@ -1,0 +1,70 @@
+"""Turns the database's hints into wake-ups: new work for the claim loop, finished
+batch or chain jobs for the flow service, cancel and stop requests for the
+heartbeat. A thread of its own; hints may be lost, so everything also polls."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from ..backends.interfaces import Notifier
+from .service import Health
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Listener:
+    name = "listener"
+
+    def __init__(
+        self,
+        notifier: Callable[[], Notifier],
+        queues: Iterable[str],
+        *,
+        on_work: Callable[[], None],
+        on_flow: Callable[[], None],
+        on_cancel: Callable[[], None],
+    ) -> None:
+        self._make = notifier
+        self._queues = set(queues)
+        self._on_work = on_work
+        self._on_flow = on_flow
+        self._on_cancel = on_cancel
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._notifier: Notifier | None = None
+
+    def start(self) -> None:
+        self._notifier = self._make()
+        self._thread = threading.Thread(target=self._run, name="conveyor-listen", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        assert self._notifier is not None
+        while not self._stop.is_set():
+            try:
+                hints = self._notifier.wait(0.5)
+            except Exception:
+                self._stop.wait(0.5)
+                continue
+            if not hints:
+                continue
+            anything = "*" in hints
+            if anything or hints & self._queues:
+                self._on_work()
+            if anything or "@flow" in hints:
+                self._on_flow()
+            if "@cancel" in hints:
+                self._on_cancel()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._notifier is not None:
+            self._notifier.close()  # waits for the listener's current wait() to return
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def health(self) -> Health:
+        alive = self._thread is not None and self._thread.is_alive()
+        return Health(self.name, alive, None, None, 0)

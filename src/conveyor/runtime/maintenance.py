@@ -1,0 +1,104 @@
+"""Cluster-wide maintenance, run by the leader only: rescue the jobs of dead
+workers, make due scheduled jobs available, age priorities, prune finished jobs
+and forget long-dead workers. Every statement is indexed and bounded."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from ..backends.interfaces import Backend
+from ..records import RescueResult
+from .service import ThreadService
+
+log = logging.getLogger("conveyor.maintenance")
+
+
+class Maintenance(ThreadService):
+    name = "maintenance"
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        interval: float = 1.0,
+        worker_ttl_s: float = 7.0,
+        stale_worker_s: float = 300.0,
+        aging_s: float | None = None,
+        max_boost: int = 10,
+        retention: Mapping[str, float | None] | None = None,
+        prune_every_s: float = 60.0,
+    ) -> None:
+        super().__init__(interval)
+        self.backend = backend
+        self.is_leader = is_leader
+        #: a worker silent this long is dead: its jobs are rescued
+        self.worker_ttl_s = worker_ttl_s
+        #: a worker silent this long is forgotten (its registry row removed)
+        self.stale_worker_s = stale_worker_s
+        #: priority aging: +1 priority per aging_s waited, at most max_boost (None: off)
+        self.aging_s = aging_s
+        self.max_boost = max_boost
+        #: seconds to keep finished jobs, per state (None: forever)
+        self.retention = dict(retention or {})
+        self.prune_every_s = prune_every_s
+        self._last_slow = 0.0
+        self._last_aged = 0.0
+        self._last_prune = 0.0
+
+    def step(self, now: datetime | None = None) -> None:
+        if not self.is_leader():
+            return
+        self.rescue(now)
+        self.backend.job_schedule_due(now=now)
+        clock = time.monotonic()
+        # Aging needs only a pass per aging period (at most every 5 s); the rest
+        # can wait a few seconds too (every pass when a test passes time in).
+        if self.aging_s and (now is not None or clock - self._last_aged >= min(5.0, self.aging_s)):
+            self._last_aged = clock
+            self.backend.job_age_priorities(aging_s=self.aging_s, max_boost=self.max_boost, now=now)
+        if now is None and clock - self._last_slow < 5.0:
+            return
+        self._last_slow = clock
+        self.backend.worker_prune_stale(older_than_s=self.stale_worker_s, now=now)
+        self.prune_due(now)
+
+    def rescue(self, now: datetime | None = None) -> RescueResult:
+        rescued = self.backend.job_rescue(worker_ttl_s=self.worker_ttl_s, now=now)
+        if rescued.requeued:
+            log.warning(
+                "requeued %d job(s) whose worker stopped heartbeating: %s",
+                len(rescued.requeued),
+                _ids(rescued.requeued),
+            )
+        if rescued.failed:
+            log.error(
+                "failed %d job(s) that lost their worker on their last attempt: %s",
+                len(rescued.failed),
+                _ids(rescued.failed),
+            )
+        return rescued
+
+    def prune_due(self, now: datetime | None = None) -> None:
+        if now is None and time.monotonic() - self._last_prune < self.prune_every_s:
+            return
+        self._last_prune = time.monotonic()
+        for state, keep_s in self.retention.items():
+            if keep_s is None:
+                continue
+            total = 0
+            while True:  # small batches, each its own short transaction
+                n = self.backend.job_prune(state=state, older_than_s=keep_s, limit=500, now=now)
+                total += n
+                if n < 500 or self.stopping:
+                    break
+            if total:
+                log.info("pruned %d %s job(s) older than %gs", total, state, keep_s)
+
+
+def _ids(ids: list[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:10])
+    return shown + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")

@@ -1,0 +1,75 @@
+"""Building blocks of the conformance suite: every backend verb, on every dialect,
+with time passed in (``now``) so expiry and scheduling need no sleeping."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from conveyor.records import Finalize, JobInsert, WorkerInfo
+
+CALLBACK = None  # set below, once ins() exists
+
+
+def ins(task: str = "t", queue: str = "q", **kw) -> JobInsert:
+    args = kw.pop("args", [])
+    return JobInsert(
+        queue=queue, task=task, args_json=json.dumps({"args": args, "kwargs": {}}), **kw
+    )
+
+
+def later(seconds: float) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def worker(wid: str = "w1", **kw) -> WorkerInfo:
+    kw.setdefault("queues", ["q"])
+    return WorkerInfo(id=wid, hostname="h", pid=1, concurrency=4, **kw)
+
+
+def register(backend, wid: str = "w1", now=None, **kw):
+    """A heartbeat: the worker is alive (as of ``now``)."""
+    return backend.worker_heartbeat(worker=worker(wid, **kw), now=now)
+
+
+def fetch(backend, n: int = 10, queues=("q",), worker: str = "w1", now=None, **kw):
+    return backend.job_claim(queues=list(queues), worker_id=worker, limit=n, now=now, **kw)
+
+
+def done(job, state: str = "succeeded", token: str | None = None, **kw) -> Finalize:
+    return Finalize(
+        job_id=job.id,
+        token=token if token is not None else job.lease_token,
+        state=state,
+        outcome=kw.pop("outcome", state),
+        ran_attempt=kw.pop("ran_attempt", job.attempts),
+        **kw,
+    )
+
+
+def raw_connection(backend):
+    if backend.name == "postgres":
+        return psycopg.connect(backend.url)
+    return sqlite3.connect(backend.path)
+
+
+CALLBACK = json.dumps(ins(task="summarise", queue="callbacks")._asdict())
+
+
+def make_batch(backend, n=3, key=None, on_complete=CALLBACK, name="b"):
+    return backend.batch_create(
+        name=name,
+        task="t",
+        idempotency_key=key,
+        on_complete_json=on_complete,
+        jobs=[ins(args=[i]) for i in range(n)],
+    )
+
+
+def finish_all(backend, state="succeeded"):
+    jobs = fetch(backend, n=1000)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(j, state=state) for j in jobs])
+    return jobs

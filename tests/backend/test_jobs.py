@@ -1,0 +1,227 @@
+"""JobStore: creating jobs, reading them by filter, and the operator's actions."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from conveyor.records import Finalize, JobFilter
+
+from .helpers import done, fetch, ins, later, raw_connection
+
+# -- inserting --------------------------------------------------------------------------
+
+
+def test_insert_then_get_round_trips(backend):
+    [res] = backend.job_insert_many(
+        jobs=[
+            ins(
+                args=[1, "x"], priority=3, max_attempts=7, timeout_s=2.5, backoff_json='{"base": 1}'
+            )
+        ]
+    )
+    assert res.created
+    job = backend.job_get(job_id=res.id)
+    assert (job.task, job.queue, job.args, job.state) == ("t", "q", [1, "x"], "available")
+    assert (job.priority, job.max_attempts, job.timeout, job.attempts) == (3, 7, 2.5, 0)
+    assert job.backoff == {"base": 1}
+    assert backend.job_get(job_id=res.id + 1000) is None
+
+
+def test_insert_many_returns_ids_in_input_order(backend):
+    results = backend.job_insert_many(jobs=[ins(args=[i]) for i in range(50)])
+    assert [backend.job_get(job_id=r.id).args for r in results] == [[i] for i in range(50)]
+
+
+def test_delayed_job_is_scheduled_and_claimable_only_when_due(backend):
+    [res] = backend.job_insert_many(jobs=[ins(delay_s=60)])
+    assert backend.job_get(job_id=res.id).state == "scheduled"
+    assert fetch(backend) == []
+    assert [j.id for j in fetch(backend, now=later(61))] == [res.id]
+
+
+def test_unique_key_allows_one_unfinished_job(backend):
+    first, again = backend.job_insert_many(jobs=[ins(unique_key="k"), ins(unique_key="k")])
+    assert first.created and not again.created and again.id == first.id
+    [job] = fetch(backend)
+    assert backend.job_insert_many(jobs=[ins(unique_key="k")])[0].id == first.id  # running
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job)])
+    fresh = backend.job_insert_many(jobs=[ins(unique_key="k")])[0]
+    assert fresh.created and fresh.id != first.id
+
+
+def test_idempotency_key_returns_the_same_job_forever(backend):
+    [first] = backend.job_insert_many(jobs=[ins(idempotency_key="req-1")])
+    [job] = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job)])
+    [again] = backend.job_insert_many(jobs=[ins(idempotency_key="req-1"), ins()])[:1]
+    assert (again.id, again.created) == (first.id, False)
+
+
+def test_racing_inserts_of_one_key_make_one_job(backend):
+    results: list = []
+    barrier = threading.Barrier(8)
+
+    def race() -> None:
+        barrier.wait()
+        results.extend(backend.job_insert_many(jobs=[ins(idempotency_key="race")]))
+
+    threads = [threading.Thread(target=race) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r.id for r in results}) == 1
+    assert sum(r.created for r in results) == 1
+
+
+def test_insert_joins_the_callers_transaction(backend):
+    conn = raw_connection(backend)
+    try:
+        [rolled] = backend.job_insert_many(jobs=[ins(args=["rolled back"])], conn=conn)
+        conn.rollback()
+        assert backend.job_get(job_id=rolled.id) is None
+        [kept] = backend.job_insert_many(jobs=[ins(args=["committed"])], conn=conn)
+        conn.commit()
+        assert backend.job_get(job_id=kept.id).args == ["committed"]
+    finally:
+        conn.close()
+
+
+# -- reading by filter --------------------------------------------------------------------
+def test_list_filters_and_pages_newest_first(backend):
+    backend.job_insert_many(
+        jobs=[
+            ins(task="a", queue="x", args=["alpha"]),
+            ins(task="b", queue="x", tenant="acme"),
+            ins(task="a", queue="y", args=["beta 100%"], stage="s2"),
+        ]
+    )
+    ids = lambda **kw: [j.task + j.queue for j in backend.job_list(filter=JobFilter(**kw))]  # noqa: E731
+    assert ids(tasks="a") == ["ay", "ax"]
+    assert ids(queues=["x"]) == ["bx", "ax"]
+    assert ids(tenant="acme") == ["bx"]
+    assert ids(stage="s2") == ["ay"]
+    assert ids(search="ALPHA") == ["ax"]  # inside the arguments, case insensitive
+    assert ids(search="100%") == ["ay"]  # % and _ are literal
+    assert ids(search="10_%") == []
+    assert ids(states="available", tasks=["a", "b"], queues="x") == ["bx", "ax"]
+    newest = backend.job_list(filter=JobFilter(), limit=1)[0]
+    assert len(backend.job_list(filter=JobFilter(), before_id=newest.id)) == 2
+
+
+def test_list_by_time_range_and_ids(backend):
+    _a, b = backend.job_insert_many(jobs=[ins(), ins()])
+    [job] = fetch(backend, n=1)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job)])
+    now = datetime.now(UTC)
+    f = JobFilter(created_after=now - timedelta(minutes=1), created_before=now + timedelta(1))
+    assert len(backend.job_list(filter=f)) == 2
+    assert backend.job_list(filter=JobFilter(created_after=now + timedelta(minutes=1))) == []
+    fin = JobFilter(finished_after=now - timedelta(minutes=1))
+    assert [j.id for j in backend.job_list(filter=fin)] == [job.id]
+    assert [j.id for j in backend.job_list(filter=JobFilter(ids=[b.id, 999_999]))] == [b.id]
+
+
+def test_count_is_per_state(backend):
+    backend.job_insert_many(jobs=[ins(), ins(), ins(delay_s=60)])
+    assert backend.job_count(filter=JobFilter()) == {"available": 2, "scheduled": 1}
+    due = JobFilter(states=["available", "scheduled"], due_before=datetime.now(UTC))
+    assert backend.job_count(filter=due) == {"available": 2}
+    backend.queue_set_paused(name="q", paused=True)
+    assert backend.job_count(filter=JobFilter(unpaused=True)) == {}
+
+
+def test_attempts_are_listed_oldest_first(backend):
+    backend.job_insert_many(jobs=[ins(max_attempts=3)])
+    [job] = fetch(backend)
+    retry = done(job, state="scheduled", outcome="retry", error="x", retry_in_s=0)
+    backend.job_finalize_many(worker_id="w1", outcomes=[retry])
+    [again] = fetch(backend, now=later(1))
+    backend.job_finalize_many(worker_id="w2", outcomes=[done(again)])
+    got = [(a.attempt, a.outcome, a.worker_id) for a in backend.job_attempts(job_id=job.id)]
+    assert got == [(1, "retry", "w1"), (2, "succeeded", "w2")]
+
+
+# -- operator actions ----------------------------------------------------------------------
+def test_cancel_many_cancels_waiting_jobs_and_flags_running_ones(backend):
+    a, b, c = backend.job_insert_many(jobs=[ins(), ins(delay_s=60), ins(task="other")])
+    [running] = fetch(backend, n=1)
+    assert running.id == a.id
+    cancelled, flagged = backend.job_cancel_many(filter=JobFilter(tasks="t"))
+    assert (cancelled, flagged) == ([b.id], [a.id])
+    assert backend.job_get(job_id=b.id).state == "cancelled"
+    assert backend.job_get(job_id=a.id).cancel_requested
+    assert backend.job_get(job_id=c.id).state == "available"
+    assert backend.job_cancel_many(filter=JobFilter(tasks="t")) == ([], [])  # once
+
+
+def test_retry_many_gives_failed_and_cancelled_jobs_another_attempt(backend):
+    a, b, c = backend.job_insert_many(jobs=[ins(max_attempts=1) for _ in range(3)])
+    ja, jb = fetch(backend, n=2)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(ja, state="failed", error="x")])
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(jb)])
+    backend.job_cancel_many(filter=JobFilter(ids=[c.id]))
+    assert sorted(backend.job_retry_many(filter=JobFilter())) == [a.id, c.id]
+    got = backend.job_get(job_id=a.id)
+    assert (got.state, got.max_attempts) == ("available", 2)
+    assert backend.job_get(job_id=b.id).state == "succeeded"
+    assert backend.job_retry_many(filter=JobFilter()) == []  # nothing failed any more
+
+
+def test_retry_many_works_in_bounded_slices(backend):
+    backend.job_insert_many(jobs=[ins() for _ in range(5)])
+    backend.job_cancel_many(filter=JobFilter())
+    assert len(backend.job_retry_many(filter=JobFilter(), limit=2)) == 2
+    assert len(backend.job_retry_many(filter=JobFilter(), limit=2)) == 2
+    assert len(backend.job_retry_many(filter=JobFilter(), limit=2)) == 1
+
+
+def test_retrying_a_job_cancelled_while_running_forgets_the_cancel(backend):
+    backend.job_insert_many(jobs=[ins()])
+    [job] = fetch(backend)
+    backend.job_cancel_many(filter=JobFilter(ids=[job.id]))
+    backend.job_finalize_many(
+        worker_id="w1", outcomes=[done(job, state="cancelled", error="cancelled while running")]
+    )
+    assert backend.job_retry_many(filter=JobFilter(ids=[job.id])) == [job.id]
+    [again] = fetch(backend)
+    assert not backend.job_get(job_id=again.id).cancel_requested
+
+
+def test_delete_many_spares_running_jobs(backend):
+    _a, b = backend.job_insert_many(jobs=[ins(), ins()])
+    [running] = fetch(backend, n=1)
+    assert backend.job_delete_many(filter=JobFilter()) == [b.id]
+    assert backend.job_get(job_id=b.id) is None
+    assert backend.job_get(job_id=running.id).state == "running"
+
+
+def test_an_outcome_committed_before_a_lost_connection_is_recognised(backend):
+    backend.job_insert_many(jobs=[ins()])
+    [job] = fetch(backend)
+    outcome = done(job)
+    assert not backend.job_outcome_written(outcome=outcome, worker_id="w1")
+    backend.job_finalize_many(worker_id="w1", outcomes=[outcome])
+    # sent again after the connection broke: refused by fencing, but recognised
+    assert backend.job_finalize_many(worker_id="w1", outcomes=[outcome]) == []
+    assert backend.job_outcome_written(outcome=outcome, worker_id="w1")
+    assert not backend.job_outcome_written(outcome=outcome, worker_id="w2")
+
+
+@pytest.mark.parametrize("field", ["states"])
+def test_unknown_filter_values_are_refused(field):
+    from conveyor.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown job state"):
+        JobFilter(**{field: "done"})
+
+
+def test_finalize_keeps_the_stage_it_ran(backend):
+    backend.job_insert_many(jobs=[ins()])
+    [job] = fetch(backend)
+    stage = Finalize(job.id, job.lease_token, "available", "stage", next_stage="two")
+    backend.job_finalize_many(worker_id="w1", outcomes=[stage])
+    assert backend.job_get(job_id=job.id).stage == "two"

@@ -1,0 +1,128 @@
+"""WorkerStore: heartbeats, the registry, remote stop, leadership; and the notifier."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from conveyor.records import JobFilter
+
+from .helpers import done, fetch, ins, later, raw_connection, register
+
+
+def test_heartbeat_writes_one_row_and_reports_what_the_worker_holds(backend):
+    backend.job_insert_many(jobs=[ins(), ins()])
+    first = register(backend, "w1")
+    assert (first.held, first.cancel, first.stop) == ({}, [], False)
+    assert first.schema_version == backend.latest_schema
+    a, b = fetch(backend, worker="w1")
+    beat = register(backend, "w1")
+    assert beat.held == {a.id: a.lease_token, b.id: b.lease_token}
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(a)])
+    assert register(backend, "w1").held == {b.id: b.lease_token}
+    assert [w.id for w in backend.worker_list()] == ["w1"]
+    backend.worker_deregister(worker_id="w1")
+    assert backend.worker_list() == []
+
+
+def test_a_forgotten_worker_learns_it_was_judged_dead(backend):
+    assert register(backend, "w1").resurrected  # a first beat creates the row
+    assert not register(backend, "w1").resurrected
+    backend.worker_prune_stale(older_than_s=300, now=later(301))
+    assert register(backend, "w1").resurrected
+
+
+def test_cancel_request_reaches_the_holders_heartbeat(backend):
+    backend.job_insert_many(jobs=[ins(), ins()])
+    a, b = fetch(backend)
+    assert backend.job_cancel_many(filter=JobFilter(ids=[a.id])) == ([], [a.id])
+    beat = register(backend, "w1")
+    assert sorted(beat.held) == sorted([a.id, b.id]) and beat.cancel == [a.id]
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(a, state="cancelled")])
+    assert backend.job_cancel_many(filter=JobFilter(ids=[a.id])) == ([], [])  # finished
+
+
+def test_stop_request_reaches_the_workers_heartbeat(backend):
+    register(backend, "w7")
+    assert backend.worker_request_stop(worker_id="w7") is True
+    assert backend.worker_request_stop(worker_id="nobody") is False
+    assert register(backend, "w7").stop is True
+    assert backend.worker_list()[0].stop_requested
+
+
+def test_workers_silent_too_long_are_forgotten(backend):
+    register(backend, "old")
+    assert backend.worker_prune_stale(older_than_s=300) == 0
+    assert backend.worker_prune_stale(older_than_s=300, now=later(301)) == 1
+    assert backend.worker_list() == []
+
+
+def test_leader_lease_has_one_holder_and_is_taken_over_when_it_expires(backend):
+    assert backend.leader_attempt_elect(name="flow", holder="a", ttl_s=10) is True
+    assert backend.leader_attempt_elect(name="flow", holder="b", ttl_s=10) is False
+    assert backend.leader_attempt_elect(name="flow", holder="a", ttl_s=10) is True  # renew
+    future = later(11)
+    assert backend.leader_attempt_elect(name="flow", holder="b", ttl_s=10, now=future) is True
+    assert backend.leader_attempt_elect(name="flow", holder="a", ttl_s=10, now=future) is False
+    backend.leader_resign(name="flow", holder="b")
+    assert backend.leader_attempt_elect(name="flow", holder="a", ttl_s=10, now=future) is True
+
+
+def test_racing_candidates_elect_one_leader(backend):
+    wins: list[str] = []
+    barrier = threading.Barrier(6)
+
+    def run(holder: str) -> None:
+        barrier.wait()
+        if backend.leader_attempt_elect(name="race", holder=holder, ttl_s=10):
+            wins.append(holder)
+
+    threads = [threading.Thread(target=run, args=(f"c{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+
+
+# -- wake-ups -------------------------------------------------------------------------------
+def test_notifier_hears_jobs_inserted_by_another_connection(backend, db_url):
+    from conveyor.backends import open_backend
+
+    notifier = backend.notifier()
+    other = open_backend(db_url)  # its own connections, as another process would have
+    try:
+        assert notifier.wait(0.2) == set()  # nothing happened: no hint
+        threading.Timer(0.3, lambda: other.job_insert_many(jobs=[ins(queue="mail")])).start()
+        hint = notifier.wait(10)
+        assert hint & {"mail", "*"}, "no wake-up arrived for the insert"
+    finally:
+        notifier.close()
+        other.close()
+
+
+def test_events_notifier_hears_jobs_finishing(backend):
+    notifier = backend.notifier(events=True)
+    try:
+        backend.job_insert_many(jobs=[ins()])
+        [job] = fetch(backend)
+        notifier.wait(0.2)  # drain what the insert and claim may have caused
+        backend.job_finalize_many(worker_id="w1", outcomes=[done(job)])
+        assert notifier.wait(10), "no hint that a job finished"
+    finally:
+        notifier.close()
+
+
+def test_no_wake_up_for_a_rolled_back_insert(backend):
+    if not backend.supports("push_notifications"):
+        pytest.skip("polling dialects hint 'something changed'; a rollback changes nothing")
+    notifier = backend.notifier()
+    conn = raw_connection(backend)
+    try:
+        backend.job_insert_many(jobs=[ins(queue="mail")], conn=conn)
+        conn.rollback()
+        assert notifier.wait(0.5) == set()
+    finally:
+        conn.close()
+        notifier.close()
