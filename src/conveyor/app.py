@@ -517,14 +517,14 @@ class Conveyor:
         return bool(self.backend.job_retry_many(filter=f, limit=1))
 
     def cancel_job(self, job_id: int) -> str | None:
-        """Cancel a job wherever it is: ``"cancelled"`` if it had not started,
+        """Cancel a job wherever it is: ``JobState.CANCELLED`` if it had not started,
         ``"requested"`` if it is running (its worker cancels it at its next
         heartbeat), ``None`` if it had already finished."""
         f = JobFilter(ids=(_id(job_id, "job"),))
         for _ in range(5):  # the job may move between the two checks: look again
             cancelled, requested = self.backend.job_cancel_many(filter=f, limit=1)
             if cancelled:
-                return "cancelled"
+                return JobState.CANCELLED
             if requested:
                 return "requested"
             job = self.get_job(job_id)
@@ -824,7 +824,7 @@ _ALIASES = {"state": "states", "queue": "queues", "task": "tasks", "id": "ids"}
 
 
 def make_filter(filter: JobFilter | None = None, **fields: Any) -> JobFilter:
-    """A ``JobFilter`` from one, or from keyword fields (``state="failed"`` and the
+    """A ``JobFilter`` from one, or from keyword fields (``state=JobState.FAILED`` and the
     other singular aliases too); ``None`` values are ignored."""
     given = {_ALIASES.get(k, k): v for k, v in fields.items() if v is not None}
     unknown = set(given) - {f.name for f in dataclasses.fields(JobFilter)}

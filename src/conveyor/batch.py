@@ -63,7 +63,7 @@ class Batch:
 
     # -- where it stands ------------------------------------------------------------------
     def progress(self) -> dict[str, Any]:
-        """``{"total", "succeeded", "failed", "cancelled", "running", "pending",
+        """``{"total", the counts of the finished states and JobState.RUNNING, "pending",
         "percent", "eta_s", "state"}``, from one GROUP BY over the batch's jobs."""
         counts = self.app.batch_progress(self.id)
         done = sum(counts.get(s, 0) for s in FINISHED_STATES)
@@ -76,10 +76,10 @@ class Batch:
             eta = math.ceil((total - done) / (done / elapsed))
         return {
             "total": total,
-            "succeeded": counts.get(JobState.SUCCEEDED, 0),
-            "failed": counts.get(JobState.FAILED, 0),
-            "cancelled": counts.get(JobState.CANCELLED, 0),
-            "running": counts.get(JobState.RUNNING, 0),
+            JobState.SUCCEEDED: counts.get(JobState.SUCCEEDED, 0),
+            JobState.FAILED: counts.get(JobState.FAILED, 0),
+            JobState.CANCELLED: counts.get(JobState.CANCELLED, 0),
+            JobState.RUNNING: counts.get(JobState.RUNNING, 0),
             "pending": sum(counts.get(s, 0) for s in WAITING_STATES),
             "percent": 100 if total == 0 else math.floor(done * 100 / total),
             "eta_s": eta,

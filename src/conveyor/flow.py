@@ -122,14 +122,14 @@ class Chain:
         return jobs
 
     def status(self) -> tuple[str, Job]:
-        """("running" | "succeeded" | "failed" | "cancelled", the last job so far)."""
+        """(the chain's state as a job state's name, the last job so far)."""
         last = self.jobs()[-1]
         if not last.state.finished:
-            return "running", last
+            return JobState.RUNNING, last
         if last.state != JobState.SUCCEEDED:
             return str(last.state), last
         waiting = bool(last.chain) and last.chain_next is None  # the next step is due
-        return ("running" if waiting else "succeeded"), last
+        return (JobState.RUNNING if waiting else JobState.SUCCEEDED), last
 
     def wait(self, timeout: float | None = None) -> Job:
         """Block until the chain ends; return its last job. Raises ``ChainFailed``
@@ -138,9 +138,9 @@ class Chain:
         while True:
             generation = self.app.change_generation()
             state, last = self.status()
-            if state == "succeeded":
+            if state == JobState.SUCCEEDED:
                 return last
-            if state in ("failed", "cancelled"):
+            if state in (JobState.FAILED, JobState.CANCELLED):
                 n = len(self.jobs())
                 raise ChainFailed(
                     f"chain {self.id} stopped: step {n} ({last.task}) {state}: {last.error}"

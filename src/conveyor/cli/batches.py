@@ -12,25 +12,27 @@ from rich.table import Table
 from rich.text import Text
 
 from ..batch import Batch
+from ..records import BatchState, JobState
 from .core import State, app_option, pass_state, refuse
 from .render import cell, console, echo_json, seconds, when
 
 #: batch states, in the order a batch goes through them
-BATCH_STATES = ["running", "succeeded", "completed_with_failures", "cancelled"]
+BATCH_STATES = [s.value for s in BatchState]
 
-BATCH_STYLES = {
-    "running": "yellow",
-    "succeeded": "green",
-    "completed_with_failures": "red",
-    "cancelled": "dim",
+BATCH_STYLES: dict[str, str] = {
+    BatchState.RUNNING: "yellow",
+    BatchState.SUCCEEDED: "green",
+    BatchState.COMPLETED_WITH_FAILURES: "red",
+    BatchState.CALLBACK_FAILED: "red",
+    BatchState.CANCELLED: "dim",
 }
 
 #: the job counts progress() reports, in display order, with their colours
 PROGRESS_COUNTS = [
-    ("succeeded", "green"),
-    ("failed", "red"),
-    ("cancelled", "dim"),
-    ("running", "yellow"),
+    (JobState.SUCCEEDED, "green"),
+    (JobState.FAILED, "red"),
+    (JobState.CANCELLED, "dim"),
+    (JobState.RUNNING, "yellow"),
     ("pending", "cyan"),
 ]
 
@@ -126,7 +128,7 @@ def batches_table(rows: list[tuple[Batch, dict[str, Any]]]) -> Table:
     table.add_column("finished", overflow="fold")
     for b, p in rows:
         state = batch_state_text(p["state"])
-        if p["state"] == "running":
+        if p["state"] == BatchState.RUNNING:
             state.append(f" {p['percent']}%")
         table.add_row(
             cell(b.id),
@@ -186,8 +188,8 @@ def batch_fields(batch: Batch, p: dict[str, Any]) -> Table:
     grid.add_column(style="bold", justify="right")
     grid.add_column(overflow="fold")
     r = batch.record
-    running = p["state"] == "running"
-    done = p["succeeded"] + p["failed"] + p["cancelled"]
+    running = p["state"] == BatchState.RUNNING
+    done = p[JobState.SUCCEEDED] + p[JobState.FAILED] + p[JobState.CANCELLED]
     rows: list[tuple[str, Any]] = [
         ("batch", Text(f"{r.id}", style="bold")),
         ("name", r.name),
@@ -199,7 +201,7 @@ def batch_fields(batch: Batch, p: dict[str, Any]) -> Table:
         ("final counts", counts_text(r.counts) if r.counts and not running else None),
         ("created", when(r.created_at)),
         ("finished", when(r.finished_at)),
-        ("cancelled", when(r.cancelled_at)),
+        ("cancelled at", when(r.cancelled_at)),
         ("took", seconds(_took(batch)) if r.finished_at and not running else None),
         ("idempotency key", r.idempotency_key),
         ("on complete", _on_complete_text(batch)),
@@ -248,7 +250,7 @@ def counts_text(counts: dict[str, int]) -> Text:
 def eta_text(p: dict[str, Any]) -> str:
     if p["eta_s"] is None:
         return "unknown until a job finishes"
-    if p["eta_s"] == 0 and p["state"] == "running":
+    if p["eta_s"] == 0 and p["state"] == BatchState.RUNNING:
         return "every job is done; closes when a worker's flow service next looks"
     return f"about {seconds(p['eta_s'])}"
 
@@ -304,10 +306,10 @@ def _follow_bar(batch: Batch, con: Console) -> Batch:
         task = bar.add_task("", total=batch.total, eta="", title=title)
         while True:
             p = batch.progress()
-            done = p["succeeded"] + p["failed"] + p["cancelled"]
+            done = p[JobState.SUCCEEDED] + p[JobState.FAILED] + p[JobState.CANCELLED]
             eta = f"eta {seconds(p['eta_s'])}" if p["eta_s"] else ""
             bar.update(task, completed=done, total=p["total"], description=_describe(p), eta=eta)
-            if p["state"] != "running":
+            if p["state"] != BatchState.RUNNING:
                 return batch.refresh()
             time.sleep(FOLLOW_POLL_S)
 
@@ -316,7 +318,7 @@ def _follow_lines(batch: Batch, con: Console) -> Batch:
     last_line = 0.0
     while True:
         p = batch.progress()
-        if p["state"] != "running":
+        if p["state"] != BatchState.RUNNING:
             return batch.refresh()
         if time.monotonic() - last_line >= FOLLOW_LINE_S:
             last_line = time.monotonic()
@@ -325,7 +327,7 @@ def _follow_lines(batch: Batch, con: Console) -> Batch:
 
 
 def progress_line(batch: Batch, p: dict[str, Any]) -> Text:
-    done = p["succeeded"] + p["failed"] + p["cancelled"]
+    done = p[JobState.SUCCEEDED] + p[JobState.FAILED] + p[JobState.CANCELLED]
     text = Text(f"batch {batch.id}: {done}/{p['total']} done ({p['percent']}%): ")
     text.append_text(counts_text(p))
     if p["eta_s"]:
@@ -351,9 +353,9 @@ def cancel_batch(state: State, batch_id: int) -> None:
         raise _already_closed(batch)
     n = batch.cancel()
     after = batch.refresh()
-    if n == 0 and after.finished and after.state != "cancelled":
+    if n == 0 and after.finished and after.state != BatchState.CANCELLED:
         raise _already_closed(after)  # it closed between our look and the cancel
-    running = after.progress()["running"] if not after.finished else 0
+    running = after.progress()[JobState.RUNNING] if not after.finished else 0
     msg = f"batch {batch_id}: cancelled {n} pending job(s)"
     if running:
         msg += f"; {running} running job(s) will finish, then the batch closes as cancelled"

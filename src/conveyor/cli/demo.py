@@ -29,7 +29,7 @@ from rich.text import Text
 
 from ..app import Conveyor
 from ..batch import Batch
-from ..records import ACTIVE_STATES
+from ..records import ACTIVE_STATES, JobState
 from .batches import final_line
 from .core import CliError
 from .render import cell, console, seconds
@@ -269,7 +269,11 @@ def watch(app: Conveyor, con: Console, fleet: WorkerFleet, batch: Batch | None =
             by_state: Counter[str] = Counter()
             for row in app.counts():
                 by_state[row.state] += row.count
-            done = by_state["succeeded"] + by_state["failed"] + by_state["cancelled"]
+            done = (
+                by_state[JobState.SUCCEEDED]
+                + by_state[JobState.FAILED]
+                + by_state[JobState.CANCELLED]
+            )
             progress.update(
                 bar, completed=done, total=sum(by_state.values()), description=_describe(by_state)
             )
@@ -284,11 +288,11 @@ def watch(app: Conveyor, con: Console, fleet: WorkerFleet, batch: Batch | None =
 def _update_batch_bar(progress: Progress, bar: TaskID | None, batch: Batch) -> bool:
     """Redraw the batch's bar; whether the batch is closed."""
     p = batch.progress()
-    done = p["succeeded"] + p["failed"] + p["cancelled"]
-    closed = p["state"] != "running"
+    done = p[JobState.SUCCEEDED] + p[JobState.FAILED] + p[JobState.CANCELLED]
+    closed = p["state"] != JobState.RUNNING
     description = (
-        f"[green]{p['succeeded']} succeeded[/] [red]{p['failed']} failed[/] "
-        f"[yellow]{p['running']} running[/] [cyan]{p['pending']} pending[/]"
+        f"[green]{p[JobState.SUCCEEDED]} succeeded[/] [red]{p[JobState.FAILED]} failed[/] "
+        f"[yellow]{p[JobState.RUNNING]} running[/] [cyan]{p['pending']} pending[/]"
     )
     if closed:
         description += f" [bold]closed: {p['state']}[/]"
@@ -301,8 +305,9 @@ def _update_batch_bar(progress: Progress, bar: TaskID | None, batch: Batch) -> b
 
 def _describe(c: Counter[str]) -> str:
     return (
-        f"[green]{c['succeeded']} succeeded[/] [red]{c['failed']} failed[/] "
-        f"[yellow]{c['running']} running[/] [cyan]{c['scheduled'] + c['available']} pending[/]"
+        f"[green]{c[JobState.SUCCEEDED]} succeeded[/] [red]{c[JobState.FAILED]} failed[/] "
+        f"[yellow]{c[JobState.RUNNING]} running[/] "
+        f"[cyan]{c[JobState.SCHEDULED] + c[JobState.AVAILABLE]} pending[/]"
     )
 
 
@@ -327,7 +332,11 @@ def summary_table(app: Conveyor, n_read: int) -> Table:
     table = Table(title="summary", title_justify="left", show_edge=False, header_style="bold")
     table.add_column("task")
     table.add_column("behaviour", style="dim")
-    for name, style in [("succeeded", "green"), ("failed", "red"), ("retries", "yellow")]:
+    for name, style in [
+        (JobState.SUCCEEDED, "green"),
+        (JobState.FAILED, "red"),
+        ("retries", "yellow"),
+    ]:
         table.add_column(name, justify="right", header_style=f"bold {style}")
     table.add_column("avg run", justify="right")
     for name, _ in MIX:
@@ -343,8 +352,8 @@ def summary_table(app: Conveyor, n_read: int) -> Table:
         table.add_row(
             cell(name),
             cell(BEHAVIOUR[name]),
-            cell(states["succeeded"], "green"),
-            cell(states["failed"], "red" if states["failed"] else ""),
+            cell(states[JobState.SUCCEEDED], "green"),
+            cell(states[JobState.FAILED], "red" if states[JobState.FAILED] else ""),
             cell(sum(max(0, j.attempts - 1) for j in jobs)),
             cell(seconds(sum(runs) / len(runs)) if runs else ""),
         )
@@ -367,15 +376,19 @@ def print_batch_summary(con: Console, app: Conveyor, batch: Batch) -> None:
     mine = [j for j in callbacks if j.args and j.args[0] == batch.id]
     if mine:
         job = mine[0]
-        outcome = repr(job.result) if job.state == "succeeded" else f"{job.state}: {job.error}"
+        outcome = (
+            repr(job.result) if job.state == JobState.SUCCEEDED else f"{job.state}: {job.error}"
+        )
         con.print(f"  on_complete {BATCH_CALLBACK} (job {job.id}) returned {outcome}")
 
 
 def print_next_steps(con: Console, app: Conveyor, url: str, batch: Batch | None = None) -> None:
     base = f"conveyor -d {shlex.quote(url)}"
     failed = [
-        j for j in app.list_jobs(state="failed", task="flaky", limit=200) if j.batch_id is None
-    ][:1] or app.list_jobs(state="failed", limit=1)
+        j
+        for j in app.list_jobs(state=JobState.FAILED, task="flaky", limit=200)
+        if j.batch_id is None
+    ][:1] or app.list_jobs(state=JobState.FAILED, limit=1)
     con.print("look further:")
     lines = [f"{base} status", f"{base} jobs list --state failed"]
     if failed:

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..app import Conveyor
 from ..job import Job
-from ..records import Attempt
+from ..records import Attempt, JobState
 from .core import State, app_option, pass_state, refuse
 from .render import (
     STATES,
@@ -28,7 +28,7 @@ from .render import (
 )
 
 #: states a job never leaves on its own (retry is an operator's decision)
-FINISHED = ("succeeded", "failed", "cancelled")
+FINISHED = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
@@ -174,7 +174,7 @@ def job_fields(job: Job) -> Table:
         ("args", json.dumps(job.args)),
         ("kwargs", json.dumps(job.kwargs)),
         ("created", when(job.created_at)),
-        ("scheduled", when(job.scheduled_at)),
+        ("due", when(job.scheduled_at)),
         ("started", when(job.started_at)),
         ("finished", when(job.finished_at)),
         ("timeout", seconds(job.timeout) if job.timeout else "none"),
@@ -188,7 +188,7 @@ def job_fields(job: Job) -> Table:
         ("lease owner", job.lease_owner),
         ("lease expires", when(job.lease_expires_at)),
     ]
-    if job.result is not None or job.state == "succeeded":
+    if job.result is not None or job.state == JobState.SUCCEEDED:
         rows.append(("result", json.dumps(job.result)))
     rows.append(("error", Text(job.error, style="red") if job.error else None))
     for name, value in rows:
@@ -210,7 +210,7 @@ def chain_rows(job: Job) -> list[tuple[str, Any]]:
         rows.append(("chain next", f"job {job.chain_next}"))
     elif job.chain_next == 0:
         rows.append(("chain next", "none: the chain stopped at this job"))
-    elif job.chain and job.state == "succeeded":
+    elif job.chain and job.state == JobState.SUCCEEDED:
         rows.append(("chain next", "due: a worker's flow service enqueues it next"))
     elif job.chain:
         rows.append(("chain next", "enqueued once this job succeeds"))
@@ -233,8 +233,8 @@ def attempts_table(attempts: list[Attempt]) -> Table:
     table.add_column("error", overflow="fold")
     for a in attempts:
         style = {
-            "succeeded": "green",
-            "failed": "red",
+            JobState.SUCCEEDED: "green",
+            JobState.FAILED: "red",
             "retry": "yellow",
             "stage": "cyan",
         }.get(a.outcome, "")

@@ -40,7 +40,7 @@ def parse_duration(text: str) -> float | None:
 
 
 def parse_older_than(values: tuple[str, ...]) -> dict[str, float | None]:
-    """``("succeeded=7d", "failed=never")`` -> ``{"succeeded": 604800.0, "failed": None}``."""
+    """``("succeeded=7d", "failed=never")``: seconds per state (``None``: never)."""
     retention: dict[str, float | None] = {}
     for item in values:
         state, sep, duration = item.partition("=")

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..app import Conveyor
-from ..records import QueueInfo
+from ..records import JobState, QueueInfo
 from .core import CliError, State, app_option, pass_state
 from .render import STATE_STYLES, STATES, cell, console, echo_json
 
@@ -128,7 +128,7 @@ def pause_queue(state: State, name: str, force: bool) -> None:
         click.echo(f"queue {name!r} is already paused")
         return
     app.pause_queue(name, force=force)
-    running = full_counts(before)["running"] if before else 0
+    running = full_counts(before)[JobState.RUNNING] if before else 0
     tail = f"; {running} running job(s) will finish" if running else ""
     click.echo(
         f"queue {name!r} paused: workers claim nothing new from it{tail}{_unknown_note(before)}"

@@ -17,13 +17,13 @@ from ..records import STATE_ORDER, Attempt, JobRecord, JobState
 #: display order of states, also the columns of `conveyor status`
 STATES = [s.value for s in STATE_ORDER]
 
-STATE_STYLES = {
-    "scheduled": "cyan",
-    "available": "blue",
-    "running": "yellow",
-    "succeeded": "green",
-    "failed": "red",
-    "cancelled": "dim",
+STATE_STYLES: dict[str, str] = {
+    JobState.SCHEDULED: "cyan",
+    JobState.AVAILABLE: "blue",
+    JobState.RUNNING: "yellow",
+    JobState.SUCCEEDED: "green",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "dim",
 }
 
 

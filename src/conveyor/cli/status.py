@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ..app import Conveyor
 from ..batch import Batch
-from ..records import QueueInfo, WorkerInfo
+from ..records import BatchState, JobState, QueueInfo, WorkerInfo
 from .core import State, app_option, pass_state
 from .queues import full_counts
 from .render import STATE_STYLES, STATES, cell, console, echo_json, seconds, when
@@ -39,7 +39,7 @@ def status(state: State, as_json: bool) -> None:
                     q.name: {"paused": bool(q.paused), "max_running": q.max_running} for q in queues
                 },
                 "batches": {
-                    "running": n_open,
+                    BatchState.RUNNING: n_open,
                     "shown": [
                         {"id": b.id, "name": b.name, "task": b.record.task, **p} for b, p in shown
                     ],
@@ -121,11 +121,11 @@ COUNT_BATCHES_UP_TO = 10_000
 def open_batches(app: Conveyor) -> tuple[int, list[tuple[Batch, dict[str, Any]]]]:
     """How many batches are running (up to COUNT_BATCHES_UP_TO), and the newest few
     with their progress."""
-    page = app.list_batches(state="running", limit=1_000)
+    page = app.list_batches(state=BatchState.RUNNING, limit=1_000)
     newest = page[:SHOWN_BATCHES]
     n = len(page)
     while len(page) == 1_000 and n < COUNT_BATCHES_UP_TO:
-        page = app.list_batches(state="running", limit=1_000, before_id=page[-1].id)
+        page = app.list_batches(state=BatchState.RUNNING, limit=1_000, before_id=page[-1].id)
         n += len(page)
     return n, [(b, b.progress()) for b in newest]
 
@@ -139,7 +139,7 @@ def batches_table(n_open: int, shown: list[tuple[Batch, dict[str, Any]]]) -> Tab
     for name in ("id", "name", "task", "done", "percent", "eta"):
         table.add_column(name, justify="right" if name in ("id", "done", "percent") else "left")
     for b, p in shown:
-        done = p["succeeded"] + p["failed"] + p["cancelled"]
+        done = p[JobState.SUCCEEDED] + p[JobState.FAILED] + p[JobState.CANCELLED]
         table.add_row(
             cell(b.id),
             cell(b.name),

@@ -178,7 +178,7 @@ class ProcessPool:
                 raise value
             return value
         except asyncio.CancelledError:
-            child.kill("cancelled")  # lost, cancelled or shutdown: really stop it
+            child.kill("stopped: its job was lost, cancelled or released")  # really stop it
             raise
         finally:
             self._release(child, healthy)

@@ -595,7 +595,7 @@ class Worker:
         accepted = await self._db(
             "complete", self.backend.job_finalize_many, worker_id=self.id, outcomes=batch
         )
-        # Jobs that left 'running' may have made room under a limit: claim again now
+        # Jobs that stopped running may have made room under a limit: claim again now
         # rather than at the next poll (other workers get a NOTIFY on PostgreSQL).
         self._wake.set()
         return accepted

@@ -145,7 +145,7 @@ UPDATE conveyor_workers SET stop_requested = TRUE WHERE id = :id
 
 -- name: worker_list
 SELECT w.*, (SELECT count(*) FROM conveyor_jobs j
-             WHERE j.lease_owner = w.id AND j.state = 'running') AS running
+             WHERE j.lease_owner = w.id AND j.state = 'running') AS held_jobs
 FROM conveyor_workers w ORDER BY w.started_at, w.id
 
 -- name: leader_get

@@ -126,7 +126,7 @@ def worker_from_row(row: dict[str, Any], ts: Ts) -> WorkerInfo:
         started_at=ts(row["started_at"]),
         last_seen_at=ts(row["last_seen_at"]),
         tasks=None if tasks is None else _list(tasks),
-        running=int(row.get("running") or 0),
+        running=int(row.get("held_jobs") or 0),
         stop_requested=bool(row.get("stop_requested")),
     )
 
