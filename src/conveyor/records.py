@@ -232,6 +232,9 @@ class JobInsert(NamedTuple):
     #: jobs of one spread group each run on a different worker
     spread_group: str | None = None
     tenant: str | None = None
+    #: which options were sent explicitly (``EXPLICIT_*`` bits): per-task-type
+    #: settings never override those, on this job or when they change later
+    explicit: int = 0
 
     @property
     def limited(self) -> bool:
@@ -402,3 +405,61 @@ class BulkResult:
     done: int = 0
     requested: int = 0
     dry_run: bool = False
+
+
+# -- the HTTP server: API tokens and per-task-type settings ----------------------------------
+#: JobInsert.explicit bits: the option was given when the job was sent
+EXPLICIT_MAX_ATTEMPTS = 1
+EXPLICIT_TIMEOUT = 2
+EXPLICIT_BACKOFF = 4
+EXPLICIT_ALL = EXPLICIT_MAX_ATTEMPTS | EXPLICIT_TIMEOUT | EXPLICIT_BACKOFF
+
+
+class TokenScope(StrEnum):
+    """What an API token may do. ``read``: GET only; ``producer``: also create,
+    cancel and retry jobs and batches; ``worker``: also lease jobs and report their
+    outcomes; ``admin``: everything (settings, tokens, queues, workers, deletes)."""
+
+    READ = "read"
+    PRODUCER = "producer"
+    WORKER = "worker"
+    ADMIN = "admin"
+
+    def allows(self, needed: TokenScope) -> bool:
+        return self == needed or self == TokenScope.ADMIN or needed == TokenScope.READ
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """An API token as stored: its id and scope, never its secret (only a hash of
+    it is kept, and the hash never leaves the backend's ``token_find``)."""
+
+    id: str
+    name: str | None
+    scope: TokenScope
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """Per-task-type settings stored in the database (seed 001's t_schedule_cfg).
+    ``None`` fields are unset: the decorator's default applies.
+
+    ``max_attempts``, ``max_processing_s`` (the job timeout, and the lease deadline
+    of remote holders) and ``retry_interval_s``/``retry_cap_s`` (backoff base and
+    cap, doubling) apply to jobs not sent with their own values; ``batch_size``
+    and ``poll_interval_s`` are what remote workers are told to use."""
+
+    task: str
+    batch_size: int | None = None
+    poll_interval_s: float | None = None
+    max_processing_s: float | None = None
+    max_attempts: int | None = None
+    retry_interval_s: float | None = None
+    retry_cap_s: float | None = None
+    updated_at: datetime | None = None

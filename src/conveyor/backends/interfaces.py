@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ..records import (
+    ApiToken,
     Attempt,
     BatchRecord,
     ChainLink,
@@ -33,6 +34,7 @@ from ..records import (
     QueueCount,
     QueueInfo,
     RescueResult,
+    TaskSettings,
     WorkerInfo,
 )
 
@@ -370,5 +372,67 @@ class CronStore(abc.ABC):
         ones): ticks from before a schedule existed are never enqueued."""
 
 
-class Backend(SchemaStore, JobStore, LeaseStore, WorkerStore, QueueStore, FlowStore, CronStore):
+class ServerStore(abc.ABC):
+    """What only the HTTP server needs stored (as River UI keeps its own small
+    driver beside River's): API tokens, per-task-type settings, and deadlines of
+    jobs held by remote clients."""
+
+    @abc.abstractmethod
+    def token_insert(
+        self, *, token: ApiToken, secret_hash: str, now: datetime | None = None
+    ) -> None:
+        """Store a new token; only the hash of its secret is kept."""
+
+    @abc.abstractmethod
+    def token_find(self, *, token_id: str) -> tuple[ApiToken, str] | None:
+        """The token and the hash of its secret, to compare with what a client sent."""
+
+    @abc.abstractmethod
+    def token_list(self) -> list[ApiToken]:
+        """Every token, revoked ones too, oldest first."""
+
+    @abc.abstractmethod
+    def token_revoke(self, *, token_id: str, now: datetime | None = None) -> bool:
+        """False if there is no such active token."""
+
+    @abc.abstractmethod
+    def token_count_active(self) -> int: ...
+
+    @abc.abstractmethod
+    def task_settings_list(self) -> list[TaskSettings]: ...
+
+    @abc.abstractmethod
+    def task_settings_get(self, *, task: str) -> TaskSettings | None: ...
+
+    @abc.abstractmethod
+    def task_settings_set(
+        self, *, settings: TaskSettings, backoff_json: str | None, now: datetime | None = None
+    ) -> int:
+        """Store the task's settings (every field, unset ones as NULL) and apply them,
+        in the same transaction, to its waiting jobs not sent with explicit values
+        (``backoff_json``: the backoff the retry fields make, or ``None``). Returns
+        how many waiting jobs were updated."""
+
+    @abc.abstractmethod
+    def task_settings_delete(self, *, task: str) -> bool:
+        """Forget the task's settings (waiting jobs keep the values they have)."""
+
+    @abc.abstractmethod
+    def job_set_deadline(
+        self, *, leases: Sequence[Lease], seconds: float, now: datetime | None = None
+    ) -> int:
+        """Running jobs held under these leases are rescued ``seconds`` from now even
+        if their worker still heartbeats (remote holders' max processing time)."""
+
+
+class Backend(
+    SchemaStore,
+    JobStore,
+    LeaseStore,
+    WorkerStore,
+    QueueStore,
+    FlowStore,
+    CronStore,
+    ServerStore,
+):
     """Every interface: what ``open_backend`` returns."""

@@ -143,6 +143,7 @@ _INSERT_COLUMNS = {
     "pinned_to": "pinned_to",
     "spread_group": "spread_group",
     "tenant": "tenant",
+    "explicit": "explicit",
 }
 _FLOAT_COLUMNS = frozenset({"delay_s", "timeout_s", "rate_per_s", "rate_burst"})
 _FINALIZE_COLUMNS = (

@@ -41,7 +41,8 @@ WITH t AS (
            coalesce(i.rate_burst, %(rate_burst_all)s::float8) AS rate_burst,
            coalesce(i.pinned_to, %(pinned_to_all)s::jsonb) AS pinned_to,
            coalesce(i.spread_group, %(spread_group_all)s::text) AS spread_group,
-           coalesce(i.tenant, %(tenant_all)s::text) AS tenant
+           coalesce(i.tenant, %(tenant_all)s::text) AS tenant,
+           coalesce(i.explicit, %(explicit_all)s::int) AS explicit
     FROM unnest(%(args)b::text[]::jsonb[], %(queue)b::text[], %(task)b::text[],
                 %(priority)b::int[], %(max_attempts)b::int[], %(timeout_s)b::float8[],
                 %(backoff)b::text[]::jsonb[], %(unique_key)b::text[],
@@ -49,23 +50,25 @@ WITH t AS (
                 %(stage)b::text[], %(context)b::text[]::jsonb[], %(chain)b::text[]::jsonb[],
                 %(chain_root)b::bigint[], %(concurrency_key)b::text[], %(concurrency_limit)b::int[],
                 %(rate_key)b::text[], %(rate_per_s)b::float8[], %(rate_burst)b::float8[],
-                %(pinned_to)b::text[]::jsonb[], %(spread_group)b::text[], %(tenant)b::text[])
+                %(pinned_to)b::text[]::jsonb[], %(spread_group)b::text[], %(tenant)b::text[],
+                %(explicit)b::int[])
          WITH ORDINALITY AS i(args, queue, task, priority, max_attempts, timeout_s, backoff,
                               unique_key, idempotency_key, delay_s, batch_id, stage, context,
                               chain, chain_root, concurrency_key, concurrency_limit, rate_key,
-                              rate_per_s, rate_burst, pinned_to, spread_group, tenant, ord)
+                              rate_per_s, rate_burst, pinned_to, spread_group, tenant, explicit,
+                              ord)
 ), ins AS (
     INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                                backoff, unique_key, idempotency_key, batch_id, stage, context,
                                chain, chain_root, concurrency_key, concurrency_limit,
                                rate_key, rate_per_s, rate_burst, pinned_to, spread_group,
-                               tenant, created_at, scheduled_at)
+                               tenant, explicit, created_at, scheduled_at)
     SELECT v.queue, v.task, v.args,
            CASE WHEN v.delay_s > 0 THEN 'scheduled' ELSE 'available' END,
            v.priority, v.max_attempts, v.timeout_s, v.backoff, v.unique_key, v.idempotency_key,
            v.batch_id, v.stage, v.context, v.chain, v.chain_root, v.concurrency_key,
            v.concurrency_limit, v.rate_key, v.rate_per_s, v.rate_burst, v.pinned_to,
-           v.spread_group, v.tenant,
+           v.spread_group, v.tenant, v.explicit,
            t.now, t.now + make_interval(secs => v.delay_s)
     FROM v, t
     ORDER BY v.ord

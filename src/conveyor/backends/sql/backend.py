@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...records import (
+    ApiToken,
     Attempt,
     BatchRecord,
     ChainLink,
@@ -28,8 +29,10 @@ from ...records import (
     JobInsert,
     JobRecord,
     JobState,
+    Lease,
     QueueCount,
     QueueInfo,
+    TaskSettings,
     WorkerInfo,
 )
 from ..interfaces import CAPABILITIES, Backend
@@ -41,6 +44,8 @@ from .rows import (
     chain_link_from_row,
     job_from_row,
     queue_from_row,
+    task_settings_from_row,
+    token_from_row,
     worker_from_row,
 )
 
@@ -601,6 +606,82 @@ class SqlBackend(Backend):
                 self._qc(cur, "periodic_register", {"name": name, "now": ts})
             rows = self._q(cur, "periodic_first_seen", {"names": self._list(list(names))})
         return {r["name"]: self._ts(r["first_seen_at"]) or datetime.now(UTC) for r in rows}
+
+    # -- the server's own storage ---------------------------------------------------------
+    def token_insert(
+        self, *, token: ApiToken, secret_hash: str, now: datetime | None = None
+    ) -> None:
+        params = {
+            "id": token.id,
+            "name": token.name,
+            "scope": str(token.scope),
+            "secret_hash": secret_hash,
+            "now": self._now(now),
+        }
+        with self._tx() as cur:
+            self._qc(cur, "token_insert", params)
+
+    def token_find(self, *, token_id: str) -> tuple[ApiToken, str] | None:
+        rows = self._rows("token_get", {"id": token_id})
+        if not rows:
+            return None
+        return token_from_row(rows[0], self._ts), str(rows[0]["secret_hash"])
+
+    def token_list(self) -> list[ApiToken]:
+        return [token_from_row(r, self._ts) for r in self._rows("token_list", {})]
+
+    def token_revoke(self, *, token_id: str, now: datetime | None = None) -> bool:
+        return self._count("token_revoke", {"id": token_id, "now": self._now(now)}) > 0
+
+    def token_count_active(self) -> int:
+        return int(self._rows("token_count_active", {})[0]["n"])
+
+    def task_settings_list(self) -> list[TaskSettings]:
+        return [task_settings_from_row(r, self._ts) for r in self._rows("task_settings_list", {})]
+
+    def task_settings_get(self, *, task: str) -> TaskSettings | None:
+        rows = self._rows("task_settings_get", {"task": task})
+        return task_settings_from_row(rows[0], self._ts) if rows else None
+
+    def task_settings_set(
+        self, *, settings: TaskSettings, backoff_json: str | None, now: datetime | None = None
+    ) -> int:
+        s = settings
+        row = {
+            "task": s.task,
+            "batch_size": s.batch_size,
+            "poll_interval_s": s.poll_interval_s,
+            "max_processing_s": s.max_processing_s,
+            "max_attempts": s.max_attempts,
+            "retry_interval_s": s.retry_interval_s,
+            "retry_cap_s": s.retry_cap_s,
+            "now": self._now(now),
+        }
+        apply = {
+            "task": s.task,
+            "max_attempts": s.max_attempts,
+            "timeout_s": s.max_processing_s,
+            "backoff": backoff_json,
+        }
+        with self._tx() as cur:
+            self._qc(cur, "task_settings_upsert", row)
+            return self._qc(cur, "task_settings_apply", apply)
+
+    def task_settings_delete(self, *, task: str) -> bool:
+        return self._count("task_settings_delete", {"task": task}) > 0
+
+    def job_set_deadline(
+        self, *, leases: Sequence[Lease], seconds: float, now: datetime | None = None
+    ) -> int:
+        if not leases:
+            return 0
+        params = {
+            "ids": self._list([le.job_id for le in leases]),
+            "tokens": self._list([le.token for le in leases]),
+            "seconds": float(seconds),
+            "now": self._now(now),
+        }
+        return self._count("job_set_deadline", params)
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -241,6 +241,57 @@ UPDATE conveyor_jobs SET chain_next = :next_id WHERE id = :id AND chain_next IS 
 -- name: periodic_first_seen
 SELECT name, first_seen_at FROM conveyor_periodics WHERE name {IN(:names)}
 
+-- The HTTP server's own storage (ServerStore): API tokens, per-task-type
+-- settings, deadlines of jobs held by remote workers.
+
+-- name: token_insert
+INSERT INTO conveyor_tokens (id, name, scope, secret_hash, created_at)
+VALUES (:id, :name, :scope, :secret_hash, {NOW})
+
+-- name: token_get
+SELECT * FROM conveyor_tokens WHERE id = :id
+
+-- name: token_list
+SELECT * FROM conveyor_tokens ORDER BY created_at, id
+
+-- name: token_revoke
+UPDATE conveyor_tokens SET revoked_at = {NOW} WHERE id = :id AND revoked_at IS NULL
+
+-- name: token_count_active
+SELECT count(*) AS n FROM conveyor_tokens WHERE revoked_at IS NULL
+
+-- name: task_settings_list
+SELECT * FROM conveyor_task_settings ORDER BY task
+
+-- name: task_settings_get
+SELECT * FROM conveyor_task_settings WHERE task = :task
+
+-- name: task_settings_delete
+DELETE FROM conveyor_task_settings WHERE task = :task
+
+-- name: task_settings_apply
+-- New settings reach the task's waiting jobs in the same transaction, so every
+-- worker (in-process or remote) runs them with the new values from its next
+-- claim. Options a job was sent with (its explicit bits: 1 max_attempts, 2
+-- timeout, 4 backoff) are left alone, and so are fields the settings leave
+-- unset (NULL). No index on task: a rare operator action may scan the waiting
+-- jobs, where an index would cost every insert.
+UPDATE conveyor_jobs
+SET max_attempts = CASE WHEN explicit & 1 = 0 THEN coalesce(:max_attempts, max_attempts)
+                        ELSE max_attempts END,
+    timeout_s = CASE WHEN explicit & 2 = 0 THEN coalesce(:timeout_s, timeout_s)
+                     ELSE timeout_s END,
+    backoff = CASE WHEN explicit & 4 = 0 THEN coalesce({JSON(:backoff)}, backoff)
+                   ELSE backoff END
+WHERE task = :task AND state IN ('scheduled', 'available') AND explicit <> 7
+
+-- name: job_set_deadline
+-- A deadline of their own for jobs a remote client holds (the task's max
+-- processing time): past it the job is rescued even while its worker still
+-- heartbeats. Fenced by the lease token, like every write of a holder.
+UPDATE conveyor_jobs SET lease_expires_at = {NOW_PLUS(:seconds)}
+WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running'
+
 -- Upserts: PostgreSQL and SQLite share ON CONFLICT; a dialect without it (MySQL:
 -- ON DUPLICATE KEY UPDATE) overrides these.
 
@@ -277,3 +328,13 @@ INSERT INTO conveyor_queues (name, rate_per_s, rate_burst, updated_at)
 VALUES (:name, :rate_per_s, :rate_burst, {NOW})
 ON CONFLICT (name) DO UPDATE SET rate_per_s = excluded.rate_per_s,
     rate_burst = excluded.rate_burst, updated_at = excluded.updated_at
+
+-- name: task_settings_upsert
+INSERT INTO conveyor_task_settings (task, batch_size, poll_interval_s, max_processing_s,
+                                    max_attempts, retry_interval_s, retry_cap_s, updated_at)
+VALUES (:task, :batch_size, :poll_interval_s, :max_processing_s, :max_attempts,
+        :retry_interval_s, :retry_cap_s, {NOW})
+ON CONFLICT (task) DO UPDATE SET batch_size = excluded.batch_size,
+    poll_interval_s = excluded.poll_interval_s, max_processing_s = excluded.max_processing_s,
+    max_attempts = excluded.max_attempts, retry_interval_s = excluded.retry_interval_s,
+    retry_cap_s = excluded.retry_cap_s, updated_at = excluded.updated_at

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...records import (
+    ApiToken,
     Attempt,
     BatchRecord,
     BatchState,
@@ -16,6 +17,8 @@ from ...records import (
     JobRecord,
     JobState,
     QueueInfo,
+    TaskSettings,
+    TokenScope,
     WorkerInfo,
 )
 
@@ -150,4 +153,27 @@ def chain_link_from_row(row: dict[str, Any]) -> ChainLink:
         error=row["error"],
         chain=json.loads(row["chain"]),
         chain_root=row["chain_root"],
+    )
+
+
+def token_from_row(row: dict[str, Any], ts: Ts) -> ApiToken:
+    return ApiToken(
+        id=row["id"],
+        name=row["name"],
+        scope=TokenScope(row["scope"]),
+        created_at=ts(row["created_at"]) or datetime.now(UTC),
+        revoked_at=ts(row["revoked_at"]),
+    )
+
+
+def task_settings_from_row(row: dict[str, Any], ts: Ts) -> TaskSettings:
+    return TaskSettings(
+        task=row["task"],
+        batch_size=row["batch_size"],
+        poll_interval_s=row["poll_interval_s"],
+        max_processing_s=row["max_processing_s"],
+        max_attempts=row["max_attempts"],
+        retry_interval_s=row["retry_interval_s"],
+        retry_cap_s=row["retry_cap_s"],
+        updated_at=ts(row["updated_at"]),
     )

@@ -10,12 +10,12 @@ INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, tim
                            backoff, unique_key, idempotency_key, batch_id, stage, context,
                            chain, chain_root, concurrency_key, concurrency_limit,
                            rate_key, rate_per_s, rate_burst, pinned_to, spread_group, tenant,
-                           created_at, scheduled_at)
+                           explicit, created_at, scheduled_at)
 VALUES (:queue, :task, :args_json, CASE WHEN :delay_s > 0 THEN 'scheduled' ELSE 'available' END,
         :priority, :max_attempts, :timeout_s, :backoff_json, :unique_key, :idempotency_key,
         :batch_id, :stage, :context_json, :chain_json, :chain_root, :concurrency_key,
         :concurrency_limit, :rate_key, :rate_per_s, :rate_burst, :pinned_to, :spread_group,
-        :tenant, :now, :now + :delay_s)
+        :tenant, :explicit, :now, :now + :delay_s)
 ON CONFLICT DO NOTHING
 RETURNING id, unique_key, idempotency_key, state, queue
 

@@ -1,0 +1,122 @@
+"""ServerStore: API tokens, per-task-type settings (and how they reach waiting
+jobs), deadlines of jobs held by remote clients."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from conveyor.records import (
+    EXPLICIT_BACKOFF,
+    EXPLICIT_MAX_ATTEMPTS,
+    EXPLICIT_TIMEOUT,
+    ApiToken,
+    Lease,
+    TaskSettings,
+    TokenScope,
+)
+
+from .helpers import fetch, ins, register
+
+
+def _token(tid: str = "abc123", scope: TokenScope = TokenScope.READ) -> ApiToken:
+    return ApiToken(id=tid, name="ci", scope=scope, created_at=datetime.now(UTC))
+
+
+def test_tokens_are_stored_with_their_hash_listed_and_revoked(backend):
+    assert backend.token_count_active() == 0
+    backend.token_insert(token=_token("a1", TokenScope.ADMIN), secret_hash="h1")
+    backend.token_insert(token=_token("b2"), secret_hash="h2")
+    found = backend.token_find(token_id="a1")
+    assert found is not None
+    token, digest = found
+    assert (token.id, token.name, token.scope, digest) == ("a1", "ci", TokenScope.ADMIN, "h1")
+    assert token.active and token.created_at.tzinfo is not None
+    assert backend.token_find(token_id="nope") is None
+    assert [t.id for t in backend.token_list()] == ["a1", "b2"]
+    assert backend.token_count_active() == 2
+    assert backend.token_revoke(token_id="a1") is True
+    assert backend.token_revoke(token_id="a1") is False  # already revoked
+    assert backend.token_revoke(token_id="nope") is False
+    assert backend.token_count_active() == 1
+    revoked = backend.token_find(token_id="a1")[0]
+    assert not revoked.active and revoked.revoked_at is not None
+
+
+def test_task_settings_round_trip_and_replace(backend):
+    assert backend.task_settings_list() == []
+    assert backend.task_settings_get(task="lark") is None
+    full = TaskSettings(
+        task="lark",
+        batch_size=100,
+        poll_interval_s=10.0,
+        max_processing_s=30.0,
+        max_attempts=3,
+        retry_interval_s=5.0,
+        retry_cap_s=30.0,
+    )
+    assert backend.task_settings_set(settings=full, backoff_json=None) == 0
+    got = backend.task_settings_get(task="lark")
+    assert got is not None and got.updated_at is not None
+    assert got == TaskSettings(**{**full.__dict__, "updated_at": got.updated_at})
+    backend.task_settings_set(settings=TaskSettings(task="lark", batch_size=5), backoff_json=None)
+    again = backend.task_settings_get(task="lark")
+    assert (again.batch_size, again.max_attempts, again.poll_interval_s) == (5, None, None)
+    backend.task_settings_set(settings=TaskSettings(task="a"), backoff_json=None)
+    assert [s.task for s in backend.task_settings_list()] == ["a", "lark"]
+    assert backend.task_settings_delete(task="a") is True
+    assert backend.task_settings_delete(task="a") is False
+    assert [s.task for s in backend.task_settings_list()] == ["lark"]
+
+
+def test_settings_reach_waiting_jobs_not_sent_with_explicit_values(backend):
+    plain, own_attempts, own_all = backend.job_insert_many(
+        jobs=[
+            ins(task="lark", max_attempts=5, timeout_s=None),
+            ins(task="lark", max_attempts=9, explicit=EXPLICIT_MAX_ATTEMPTS),
+            ins(
+                task="lark",
+                max_attempts=8,
+                timeout_s=1.0,
+                backoff_json='{"base": 1}',
+                explicit=EXPLICIT_MAX_ATTEMPTS | EXPLICIT_TIMEOUT | EXPLICIT_BACKOFF,
+            ),
+        ]
+    )
+    [other] = backend.job_insert_many(jobs=[ins(task="other", max_attempts=5)])
+    [running] = backend.job_insert_many(jobs=[ins(task="lark", queue="busy", max_attempts=5)])
+    register(backend, queues=["busy"])
+    fetch(backend, queues=("busy",))
+    backoff = json.dumps({"base": 5.0, "factor": 2.0, "cap": 30.0, "jitter": 0.25})
+    changed = backend.task_settings_set(
+        settings=TaskSettings(task="lark", max_attempts=3, max_processing_s=30.0),
+        backoff_json=backoff,
+    )
+    assert changed == 2  # plain and own_attempts (the third is explicit in every field)
+
+    def row(r):
+        j = backend.job_get(job_id=r.id)
+        return j.max_attempts, j.timeout, j.backoff
+
+    assert row(plain) == (3, 30.0, json.loads(backoff))
+    assert row(own_attempts) == (9, 30.0, json.loads(backoff))
+    assert row(own_all) == (8, 1.0, {"base": 1})
+    assert row(other) == (5, None, None)
+    assert row(running) == (5, None, None)  # running: it keeps what it was claimed with
+    # unset fields leave the jobs' values alone
+    backend.task_settings_set(settings=TaskSettings(task="lark", batch_size=7), backoff_json=None)
+    assert row(plain) == (3, 30.0, json.loads(backoff))
+
+
+def test_a_deadline_makes_a_held_job_rescuable_while_its_worker_lives(backend):
+    backend.job_insert_many(jobs=[ins(), ins()])
+    now = datetime.now(UTC)
+    register(backend, now=now)
+    a, b = fetch(backend, n=2, now=now)
+    assert backend.job_set_deadline(leases=[Lease(a.id, a.lease_token)], seconds=30, now=now) == 1
+    assert backend.job_set_deadline(leases=[Lease(b.id, "stale")], seconds=30, now=now) == 0
+    later = now + timedelta(seconds=31)
+    register(backend, now=later)  # the worker still heartbeats
+    rescued = backend.job_rescue(worker_ttl_s=7, now=later)
+    assert rescued.requeued == [a.id]
+    assert backend.job_get(job_id=b.id).lease_token == b.lease_token
