@@ -36,6 +36,7 @@ from .records import (
     WorkerInfo,
 )
 from .retry import Backoff
+from .serving import ServingMixin
 from .task import Task, TaskDefaults, check_queue_name
 from .waiter import ChangeWaiter
 
@@ -54,7 +55,7 @@ MAX_RETENTION_S = 100 * 365 * DAY
 BULK_CHUNK = 500
 
 
-class Conveyor:
+class Conveyor(ServingMixin):
     """A Conveyor application: a database URL and the tasks registered on it.
 
     ``Conveyor()`` reads ``CONVEYOR_DATABASE_URL``, else uses ``./conveyor.db``.
@@ -96,6 +97,8 @@ class Conveyor:
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         self._waiter = ChangeWaiter(lambda: self.backend)
+        #: server-side state: settings and token caches, the work waiter (serving.py)
+        self._serving = self._serving_state()
 
     def __repr__(self) -> str:
         return f"<Conveyor {self.url} tasks={sorted(self.tasks)}>"
@@ -151,6 +154,8 @@ class Conveyor:
     def close(self) -> None:
         self._waiter.close()
         self._waiter = ChangeWaiter(lambda: self.backend)
+        self._serving.work.close()
+        self._serving = self._serving_state()
         if self._backend is not None:
             self._backend.close()
             self._backend = None
@@ -351,6 +356,7 @@ class Conveyor:
         (args, kwargs) the inserts were encoded from, reused for the handles. Jobs
         whose key named an existing job come back as that job, read fresh, with
         ``created=False``."""
+        inserts = self._settle(inserts)  # per-task-type settings fill in what was not sent
         if self.middleware:
             changed = run_enqueue_hooks(self.middleware, list(inserts))
             if len(changed) != len(inserts):
@@ -645,6 +651,7 @@ class Conveyor:
         conn: Any = None,
     ) -> tuple[int, bool]:
         """The batch row and its jobs in one transaction (``Task.batch`` builds them)."""
+        jobs = self._settle(jobs)
         if self.middleware:
             jobs = run_enqueue_hooks(self.middleware, list(jobs))
         return self.backend.batch_create(

@@ -13,7 +13,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import BadArguments, ConfigError, SerializationError
-from .records import BatchRecord, BatchState, JobInsert
+from .records import (
+    EXPLICIT_BACKOFF,
+    EXPLICIT_MAX_ATTEMPTS,
+    EXPLICIT_TIMEOUT,
+    BatchRecord,
+    BatchState,
+    JobInsert,
+)
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -43,8 +50,9 @@ SEND_OPTIONS = frozenset(
     }
 )
 #: options of ``app.enqueue`` (by name) on top of SEND_OPTIONS: names a handler
-#: may use as parameters, so they cannot be ``send()`` keywords
-ENQUEUE_OPTIONS = frozenset({"tenant"})
+#: may use as parameters, so they cannot be ``send()`` keywords. ``stage`` and
+#: ``context`` start a multi-stage job at a stage, with a context (the HTTP API).
+ENQUEUE_OPTIONS = frozenset({"tenant", "stage", "context"})
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,11 @@ def _check_options(**opts: Any) -> None:
     delay = opts.get("delay")
     if delay is not None and (not isinstance(delay, int | float) or delay < 0):
         raise ConfigError(f"delay must be a number of seconds >= 0, got {delay!r}")
+    stage = opts.get("stage")
+    if stage is not None and (not isinstance(stage, str) or not stage or len(stage) > 200):
+        raise ConfigError(
+            f"stage must be a non-empty string of at most 200 characters, got {stage!r}"
+        )
     for key in ("unique_key", "idempotency_key", "tenant"):
         value = opts.get(key)
         if value is not None and (not isinstance(value, str) or not value or len(value) > 1000):
@@ -184,22 +197,30 @@ def parse_rate(spec: str) -> float:
 
 
 def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
+    return encode_json(
+        f"arguments of task {task!r}", {"args": list(args), "kwargs": dict(kwargs)}, limit
+    )
+
+
+def encode_json(what: str, value: Any, limit: int) -> str:
+    """``value`` as JSON text every database stores, at most ``limit`` characters;
+    ``SerializationError`` (saying what to change) otherwise."""
     try:
-        text = _ENCODE({"args": list(args), "kwargs": dict(kwargs)})
+        text: str = _ENCODE(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
-            f"arguments of task {task!r} cannot be stored as JSON ({exc}); pass str, int, float, "
+            f"{what} cannot be stored as JSON ({exc}); pass str, int, float, "
             "bool, None, lists and dicts, or convert the value first. Nothing was enqueued."
         ) from exc
     if _NUL.search(text) or not _encodable(text):
         raise SerializationError(
-            f"arguments of task {task!r} contain a NUL character or a lone surrogate, which "
+            f"there is a NUL character or a lone surrogate in {what}, which "
             "a database cannot store as JSON text; remove it (or encode binary data, e.g. "
             "as base64). Nothing was enqueued."
         )
     if len(text) > limit:
         raise SerializationError(
-            f"arguments of task {task!r} are {len(text):,} bytes as JSON, over the "
+            f"{what}: {len(text):,} bytes as JSON, over the "
             f"{limit:,}-byte limit (Conveyor(max_payload_bytes=...)); store large data elsewhere "
             "and pass a reference. Nothing was enqueued."
         )
@@ -277,6 +298,14 @@ class Task:
         delay = float(options.get("delay") or 0.0)
         if options.get("run_at") is not None:
             delay = max(0.0, (options["run_at"] - datetime.now(UTC)).total_seconds())
+        # Options given here win over per-task-type settings, now and when the
+        # settings change later (app.insert_jobs applies them to the others).
+        explicit = (
+            (EXPLICIT_MAX_ATTEMPTS if options.get("max_attempts") is not None else 0)
+            | (EXPLICIT_TIMEOUT if options.get("timeout") is not None else 0)
+            | (EXPLICIT_BACKOFF if backoff else 0)
+        )
+        context = options.get("context")
         return JobInsert(
             queue=options.get("queue") or d.queue,
             task=self.name,
@@ -290,6 +319,13 @@ class Task:
             unique_key=options.get("unique_key"),
             idempotency_key=options.get("idempotency_key"),
             pinned_to=_pins(options.get("pinned_to") or d.pinned_to),
+            stage=options.get("stage"),
+            context_json=None
+            if context is None
+            else encode_json(
+                f"the context of task {self.name!r}", context, self.app.max_payload_bytes
+            ),
+            explicit=explicit,
         )
 
     def check_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:

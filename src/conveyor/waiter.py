@@ -22,8 +22,12 @@ SAFETY_POLL_S = 1.0
 
 
 class ChangeWaiter:
-    def __init__(self, backend: Callable[[], Backend]) -> None:
+    """``events=False`` listens for work hints (new or requeued jobs) instead of
+    change hints (finished jobs): what a long-polling remote worker waits for."""
+
+    def __init__(self, backend: Callable[[], Backend], *, events: bool = True) -> None:
         self._backend = backend
+        self._events = events
         self._cond = threading.Condition()
         self._generation = 0
         self._thread: threading.Thread | None = None
@@ -47,7 +51,7 @@ class ChangeWaiter:
 
     def _run(self) -> None:
         try:
-            notifier = self._backend().notifier(events=True)
+            notifier = self._backend().notifier(events=self._events)
         except Exception as exc:  # waiters still poll
             log.warning("change hints unavailable, waiting by polling: %s", exc)
             return

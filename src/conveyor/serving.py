@@ -1,0 +1,340 @@
+"""The façade's methods for serving Conveyor over HTTP: per-task-type settings,
+API tokens, and leases for workers outside this process (remote workers and
+asyncflow clients). ``Conveyor`` inherits them, so the server, the CLI and the
+dashboard still go through the one door; nothing here touches SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import settings as task_settings
+from .errors import ConfigError
+from .outcomes import OutcomeResult, RemoteOutcome, accepted, refusal, to_finalize
+from .records import (
+    ApiToken,
+    Finalize,
+    Heartbeat,
+    JobFilter,
+    JobInsert,
+    JobRecord,
+    Lease,
+    TaskSettings,
+    TokenScope,
+    WorkerInfo,
+)
+from .waiter import ChangeWaiter
+
+if TYPE_CHECKING:
+    from .backends.interfaces import Backend
+    from .runtime.service import Services
+    from .task import Task
+
+log = logging.getLogger("conveyor.server")
+
+TOKEN_PREFIX = "cvy"
+#: a token's validity and the count of tokens are re-read at most this often
+AUTH_CACHE_S = 2.0
+#: most jobs one lease call, or one outcome report, may carry
+MAX_LEASE = 1000
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _name(value: Any, what: str) -> str:
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > 200
+        or "\x00" in value
+        or not value.isprintable()
+    ):
+        raise ConfigError(
+            f"{what} must be a non-empty printable string of at most 200 characters, got {value!r}"
+        )
+    return value
+
+
+@dataclass
+class ServingState:
+    """What the serving methods keep per app: caches and the work waiter."""
+
+    settings: task_settings.SettingsCache
+    work: ChangeWaiter
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: token id -> (token, secret hash, read at)
+    tokens: dict[str, tuple[ApiToken, str, float]] = field(default_factory=dict)
+    #: (any active token, read at)
+    configured: tuple[bool, float] = (False, 0.0)
+
+
+class ServingMixin:
+    """Mixed into ``Conveyor``."""
+
+    if TYPE_CHECKING:
+        _serving: ServingState
+
+        @property
+        def backend(self) -> Backend: ...
+
+        def task_for(self, name: str) -> Task: ...
+
+    def _serving_state(self) -> ServingState:
+        return ServingState(
+            settings=task_settings.SettingsCache(lambda: self.backend.task_settings_list()),
+            work=ChangeWaiter(lambda: self.backend, events=False),
+        )
+
+    # -- per-task-type settings ---------------------------------------------------------
+    def task_settings(self) -> list[TaskSettings]:
+        """The settings of every task type that has some, by name."""
+        return self.backend.task_settings_list()
+
+    def get_task_settings(self, name: str) -> TaskSettings:
+        """The task type's settings (every field ``None`` if it has none)."""
+        _name(name, "a task name")
+        return self.backend.task_settings_get(task=name) or TaskSettings(task=name)
+
+    def set_task_settings(self, name: str, **fields: Any) -> TaskSettings:
+        """Change some settings of task type ``name`` (``None`` unsets one) and apply
+        them to its waiting jobs that were not sent with their own values; every
+        worker runs those with the new values from its next claim, and producers use
+        them for new jobs within ``settings.CACHE_S`` seconds. Returns the settings."""
+        _name(name, "a task name")
+        checked = task_settings.check_fields(fields)
+        merged = replace(self.get_task_settings(name), **checked, updated_at=None)
+        changed = self.backend.task_settings_set(
+            settings=merged, backoff_json=self._settings_backoff_json(merged)
+        )
+        self._serving.settings.invalidate()
+        log.info("settings of task %s set (%s); %d waiting job(s) updated", name, checked, changed)
+        return self.get_task_settings(name)
+
+    def delete_task_settings(self, name: str) -> bool:
+        """Forget the task type's settings (its waiting jobs keep their values)."""
+        _name(name, "a task name")
+        deleted = self.backend.task_settings_delete(task=name)
+        self._serving.settings.invalidate()
+        return deleted
+
+    def cached_task_settings(self) -> Mapping[str, TaskSettings]:
+        """Every task type's settings, as producers see them (at most
+        ``settings.CACHE_S`` seconds old)."""
+        return self._serving.settings.all()
+
+    def _settings_backoff_json(self, s: TaskSettings) -> str | None:
+        backoff = task_settings.settings_backoff(s, self.task_for(s.task).defaults.backoff)
+        return None if backoff is None else json.dumps(backoff.to_dict())
+
+    def _settle(self, inserts: Sequence[JobInsert]) -> Sequence[JobInsert]:
+        """Fill in options the jobs were not sent with from their tasks' settings."""
+        return task_settings.settle(
+            inserts, self.cached_task_settings(), self._settings_backoff_json
+        )
+
+    # -- API tokens ------------------------------------------------------------------------
+    def create_token(self, scope: str, *, name: str | None = None) -> tuple[ApiToken, str]:
+        """A new API token; returns it and its secret text (``cvy_<id>_<secret>``),
+        which is shown once: only a SHA-256 of the secret is stored."""
+        try:
+            checked = TokenScope(scope)
+        except ValueError:
+            scopes = ", ".join(s.value for s in TokenScope)
+            raise ConfigError(f"scope must be one of {scopes}; got {scope!r}") from None
+        if name is not None:
+            _name(name, "a token name")
+        token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+        token = ApiToken(id=token_id, name=name, scope=checked, created_at=datetime.now(UTC))
+        self.backend.token_insert(token=token, secret_hash=_digest(secret))
+        self._serving.configured = (True, time.monotonic())
+        return token, f"{TOKEN_PREFIX}_{token_id}_{secret}"
+
+    def tokens(self) -> list[ApiToken]:
+        """Every token (revoked ones too); never their secrets."""
+        return self.backend.token_list()
+
+    def revoke_token(self, token_id: str) -> bool:
+        """False if there is no such active token. Servers of other processes
+        stop accepting it within ``AUTH_CACHE_S`` seconds."""
+        revoked = self.backend.token_revoke(token_id=str(token_id))
+        with self._serving.lock:
+            self._serving.tokens.pop(str(token_id), None)
+            self._serving.configured = (False, 0.0)
+        return revoked
+
+    def authenticate(self, text: str) -> ApiToken | None:
+        """The active token ``text`` is, or ``None``. Secrets are compared as hashes,
+        in constant time; a token is looked up by its id at most every few seconds."""
+        prefix, _, rest = text.partition("_")
+        token_id, _, secret = rest.partition("_")
+        if prefix != TOKEN_PREFIX or not token_id or not secret:
+            return None
+        with self._serving.lock:
+            cached = self._serving.tokens.get(token_id)
+        if cached is None or time.monotonic() - cached[2] > AUTH_CACHE_S:
+            found = self.backend.token_find(token_id=token_id)
+            if found is None:
+                return None
+            cached = (found[0], found[1], time.monotonic())
+            with self._serving.lock:
+                if len(self._serving.tokens) > 10_000:
+                    self._serving.tokens.clear()
+                self._serving.tokens[token_id] = cached
+        token, digest, _ = cached
+        if not hmac.compare_digest(digest, _digest(secret)) or not token.active:
+            return None
+        return token
+
+    def tokens_configured(self) -> bool:
+        """Whether any active token exists (re-read at most every few seconds)."""
+        configured, at = self._serving.configured
+        if time.monotonic() - at > AUTH_CACHE_S:
+            configured = self.backend.token_count_active() > 0
+            self._serving.configured = (configured, time.monotonic())
+        return configured
+
+    # -- remote workers --------------------------------------------------------------------
+    def heartbeat_worker(self, worker: WorkerInfo) -> Heartbeat:
+        """Record a remote worker as alive (registering it on first call): it keeps
+        the jobs it holds as long as it heartbeats, like an in-process worker."""
+        return self.backend.worker_heartbeat(worker=worker)
+
+    def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        *,
+        limit: int,
+        tasks: Sequence[str] | None = None,
+        tags: Sequence[str] = (),
+        lease_s: float | None = None,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` jobs for a worker outside this process, each with its
+        lease token. The worker keeps them while it heartbeats; a job whose task has
+        a timeout (its own, or the task's ``max_processing_s``) must also end within
+        it, and ``lease_s`` sets one deadline for all (clients that never heartbeat)."""
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_LEASE:
+            raise ConfigError(f"limit must be an integer from 1 to {MAX_LEASE}, got {limit!r}")
+        for q in queues:
+            _name(q, "a queue name")
+        jobs = self.backend.job_claim(
+            queues=list(queues),
+            worker_id=worker_id,
+            limit=limit,
+            tasks=None if tasks is None else list(tasks),
+            tags=list(tags),
+            lease_s=lease_s,
+        )
+        if lease_s is not None:
+            return jobs
+        return self._deadlines(jobs)
+
+    def _deadlines(self, jobs: list[JobRecord]) -> list[JobRecord]:
+        """Jobs with a timeout get it as their lease deadline (one write per timeout)."""
+        by_timeout: dict[float, list[Lease]] = {}
+        for j in jobs:
+            if j.timeout and j.lease_token:
+                by_timeout.setdefault(float(j.timeout), []).append(Lease(j.id, j.lease_token))
+        now = datetime.now(UTC)
+        for seconds, leases in by_timeout.items():
+            self.backend.job_set_deadline(leases=leases, seconds=seconds)
+        return [
+            replace(j, lease_expires_at=now + timedelta(seconds=j.timeout)) if j.timeout else j
+            for j in jobs
+        ]
+
+    def extend_deadline(self, job_id: int, token: str, seconds: float) -> bool:
+        """Move a held job's deadline to ``seconds`` from now; False if the lease is lost."""
+        return self.backend.job_set_deadline(leases=[Lease(job_id, token)], seconds=seconds) > 0
+
+    def release(self, worker_id: str, leases: Sequence[Lease]) -> list[int]:
+        """Give held jobs back without using their attempt (a worker shutting down)."""
+        return self.backend.job_release_many(worker_id=worker_id, leases=leases)
+
+    def report(self, worker_id: str, outcomes: Sequence[RemoteOutcome]) -> list[OutcomeResult]:
+        """Record how remote attempts ended, fenced by their lease tokens exactly as
+        in-process outcomes are. Returns one result per outcome, in order; a refused
+        one changed nothing and says why (lease lost, cancelled, ...)."""
+        ids = [o.job_id for o in outcomes]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("outcomes: each job may appear once per report")
+        if len(ids) > MAX_LEASE:
+            raise ConfigError(f"outcomes: at most {MAX_LEASE} per report, got {len(ids)}")
+        if not outcomes:
+            return []
+        jobs = self._jobs_by_id(ids)
+        results: dict[int, OutcomeResult] = {}
+        finals: list[tuple[Finalize, JobRecord]] = []
+        for o in outcomes:
+            job = jobs.get(o.job_id)
+            refused = refusal(job, o.job_id, o.token)
+            if refused is not None or job is None:
+                results[o.job_id] = refused or OutcomeResult(o.job_id, False)
+                continue
+            finals.append((to_finalize(o, job, self.task_for(job.task).defaults.backoff), job))
+        written = set(
+            self.backend.job_finalize_many(worker_id=worker_id, outcomes=[f for f, _ in finals])
+        )
+        lost = [f.job_id for f, _ in finals if f.job_id not in written]
+        now = self._jobs_by_id(lost) if lost else {}
+        for f, job in finals:
+            if f.job_id in written:
+                results[f.job_id] = accepted(f, job)
+            else:  # the lease went between our read and the write
+                why = refusal(now.get(f.job_id), f.job_id, f.token)
+                results[f.job_id] = why or OutcomeResult(f.job_id, False, message="refused")
+        return [results[i] for i in ids]
+
+    def _jobs_by_id(self, ids: Sequence[int]) -> dict[int, JobRecord]:
+        records = self.backend.job_list(filter=JobFilter(ids=tuple(ids)), limit=len(ids))
+        return {r.id: r for r in records}
+
+    def work_generation(self) -> int:
+        """Moves whenever the database hints at new work (jobs inserted, retried,
+        made available): read it before claiming, wait for it to move after."""
+        return self._serving.work.generation
+
+    async def await_work(self, generation: int, timeout: float) -> None:
+        """Wait without blocking the event loop until a work hint after
+        ``generation``, or ``timeout`` (at most a second: hints may be lost)."""
+        await self._serving.work.await_change(generation, timeout)
+
+    def cluster_services(self, holder: str, *, worker_ttl_s: float = 7.0) -> Services:
+        """The leader-elected cluster services (rescuing the jobs of dead workers,
+        scheduling, batches and chains, cron), for a process that runs no worker:
+        ``conveyor server`` serving only remote workers still needs them."""
+        from .runtime.cron_service import CronService
+        from .runtime.flow_service import FlowService
+        from .runtime.maintenance import Maintenance
+        from .runtime.service import Leadership, Services
+
+        app: Any = self
+        leader = Leadership(self.backend, holder)
+        services = Services([leader])
+        services.add(
+            Maintenance(
+                self.backend,
+                is_leader=lambda: leader.is_leader,
+                worker_ttl_s=worker_ttl_s,
+                stale_worker_s=max(300.0, 10 * worker_ttl_s),
+                aging_s=app.priority_aging_s,
+                max_boost=app.priority_max_boost,
+                retention=app.retention,
+            )
+        )
+        services.add(FlowService(self.backend, is_leader=lambda: leader.is_leader))
+        if app.periodics:
+            services.add(CronService(app))
+        return services
