@@ -63,6 +63,8 @@ class RemoteOutcome:
     delay_s: float = 0.0
     priority: int | None = None
     max_attempts: int | None = None
+    #: the longest the backoff may make this retry wait (asyncflow's maxRetryInterval)
+    retry_cap_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ def _failure(outcome: RemoteOutcome, job: JobRecord, base: Finalize, backoff: Ba
         delay = _delay(outcome.retry_in_s)
     else:
         delay = (Backoff.from_dict(job.backoff) or backoff).delay(job.attempts)
+        if outcome.retry_cap_s is not None:
+            delay = min(delay, _delay(outcome.retry_cap_s))
     return failed._replace(
         state=JobState.SCHEDULED, outcome=Outcome.RETRY, error=error, retry_in_s=delay
     )

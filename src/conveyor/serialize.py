@@ -1,9 +1,11 @@
 """One JSON shape per record, for every client: the CLI's ``--json``, the HTTP
 API, the event stream and the dashboard. Times are ISO 8601 in UTC; states
-are their names; the lease token, a worker's proof of ownership, never leaves."""
+are their names; the lease token, a worker's proof of ownership, never leaves,
+except in ``lease()``: the answer to the worker that holds it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -11,12 +13,15 @@ from enum import Enum
 from typing import Any
 
 from .records import (
+    ApiToken,
     Attempt,
     BatchRecord,
     BulkResult,
     JobRecord,
+    JobState,
     QueueCount,
     QueueInfo,
+    TaskSettings,
     WorkerInfo,
 )
 
@@ -92,4 +97,107 @@ def bulk(result: BulkResult) -> dict[str, Any]:
         "done": result.done,
         "requested": result.requested,
         "dry_run": result.dry_run,
+    }
+
+
+def lease(record: JobRecord) -> dict[str, Any]:
+    """A job as handed to the remote worker that just claimed it: the only shape
+    that carries the lease token (its proof of ownership, sent with every outcome)."""
+    data = job(record)
+    data["token"] = record.lease_token
+    return data
+
+
+def task_settings(s: TaskSettings) -> dict[str, Any]:
+    return {f.name: plain(getattr(s, f.name)) for f in fields(s)}
+
+
+def token(t: ApiToken) -> dict[str, Any]:
+    """A token's id, name and scope: never its secret (which is not stored)."""
+    data = {f.name: plain(getattr(t, f.name)) for f in fields(t)}
+    data["active"] = t.active
+    return data
+
+
+def outcome(result: Any) -> dict[str, Any]:
+    """An ``outcomes.OutcomeResult``."""
+    return {f.name: plain(getattr(result, f.name)) for f in fields(result)}
+
+
+# -- asyncflow (seed 001) compatibility: its field names and numeric statuses -------------------
+#: asyncflow statuses: 1 waiting, 2 running, 3 succeeded, 4 failed (cancelled too)
+ASYNCFLOW_STATUS = {
+    JobState.SCHEDULED: 1,
+    JobState.AVAILABLE: 1,
+    JobState.RUNNING: 2,
+    JobState.SUCCEEDED: 3,
+    JobState.FAILED: 4,
+    JobState.CANCELLED: 4,
+}
+#: runs kept in scheduleLog's history, as the seed describes
+ASYNCFLOW_HISTORY = 5
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _schedule_data(a: Attempt) -> dict[str, Any]:
+    cost = a.duration_s
+    return {
+        "TraceId": f"{a.job_id}-{a.attempt}",
+        "ErrMsg": a.error or "",
+        "Cost": "" if cost is None else f"{round(cost * 1000)}ms",
+    }
+
+
+def asyncflow_task(
+    record: JobRecord, attempts: Iterable[Attempt] = (), *, retry_cap_s: float = 0.0
+) -> dict[str, Any]:
+    """A job as asyncflow's ``taskData``. ``scheduleLog`` is derived from the attempt
+    log: the last run and the last five (trace id ``<job>-<attempt>``, error, cost);
+    a cancelled job says so there. ``taskContext`` is the context as a JSON string.
+    ``retry_cap_s``: the task's backoff cap, for a job without a backoff of its own."""
+    runs = [_schedule_data(a) for a in attempts]
+    log: dict[str, Any] = {
+        "LastData": runs[-1] if runs else {},
+        "HistoryDatas": runs[-ASYNCFLOW_HISTORY:],
+    }
+    if record.state == JobState.CANCELLED:
+        log["LastData"] = {**log["LastData"], "ErrMsg": record.error or "cancelled"}
+    backoff = record.backoff or {}
+    return {
+        "userId": record.tenant or "",
+        "taskId": str(record.id),
+        "taskType": record.task,
+        "taskStage": record.stage or "",
+        "status": ASYNCFLOW_STATUS[record.state],
+        "crtRetryNum": record.attempts,
+        "maxRetryNum": record.max_attempts,
+        "maxRetryInterval": backoff.get("cap", retry_cap_s),
+        "priority": record.priority,
+        "orderTime": _ms(record.scheduled_at),
+        "scheduleLog": _compact(log),
+        "taskContext": "" if record.context is None else _compact(record.context),
+        "createTime": _ms(record.created_at),
+        "modifyTime": _ms(record.finished_at or record.started_at or record.created_at),
+    }
+
+
+def asyncflow_settings(s: TaskSettings) -> dict[str, Any]:
+    """A task type's settings as an asyncflow ``t_schedule_cfg`` row."""
+    return {
+        "task_type": s.task,
+        "schedule_limit": s.batch_size,
+        "schedule_interval": s.poll_interval_s,
+        "max_processing_time": s.max_processing_s,
+        "max_retry_num": s.max_attempts,
+        "retry_interval": s.retry_interval_s,
+        "max_retry_interval": s.retry_cap_s,
+        "create_time": None,
+        "modify_time": _ms(s.updated_at),
     }

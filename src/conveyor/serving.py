@@ -222,9 +222,9 @@ class ServingMixin:
         lease_s: float | None = None,
     ) -> list[JobRecord]:
         """Claim up to ``limit`` jobs for a worker outside this process, each with its
-        lease token. The worker keeps them while it heartbeats; a job whose task has
-        a timeout (its own, or the task's ``max_processing_s``) must also end within
-        it, and ``lease_s`` sets one deadline for all (clients that never heartbeat)."""
+        lease token. The worker keeps them while it heartbeats; a job with a timeout
+        (its own, or its task's ``max_processing_s``) must also end within it, and
+        ``lease_s`` is the deadline of the others (clients that never heartbeat)."""
         if not isinstance(limit, int) or not 1 <= limit <= MAX_LEASE:
             raise ConfigError(f"limit must be an integer from 1 to {MAX_LEASE}, got {limit!r}")
         for q in queues:
@@ -237,8 +237,6 @@ class ServingMixin:
             tags=list(tags),
             lease_s=lease_s,
         )
-        if lease_s is not None:
-            return jobs
         return self._deadlines(jobs)
 
     def _deadlines(self, jobs: list[JobRecord]) -> list[JobRecord]:

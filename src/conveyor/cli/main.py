@@ -17,7 +17,10 @@ from .jobs import jobs_group
 from .periodic import periodic_group
 from .prune import prune
 from .queues import queues_group
+from .server import server
 from .status import status
+from .tasks import tasks_group
+from .tokens import tokens_group
 from .worker import worker
 from .workers import workers_group
 
@@ -57,6 +60,9 @@ def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     conveyor workers stop ID                 list workers, stop one remotely
     conveyor prune --dry-run                 apply retention to finished jobs now
     conveyor periodic list --app myapp:app   cron schedules and their next ticks
+    conveyor server --app myapp:app          the HTTP API (REST, remote workers, asyncflow)
+    conveyor tokens create --scope admin     API tokens for the server
+    conveyor tasks settings set lark ...     per-task-type settings, no redeploy
     conveyor demo                            see it all work on a throwaway SQLite file
 
     Errors print one `error: ...` line and exit with status 2.
@@ -186,6 +192,9 @@ cli.add_command(workers_group)
 cli.add_command(prune)
 cli.add_command(periodic_group)
 cli.add_command(demo)
+cli.add_command(server)
+cli.add_command(tokens_group)
+cli.add_command(tasks_group)
 
 
 def main() -> None:

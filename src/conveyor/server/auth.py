@@ -1,0 +1,68 @@
+"""Bearer tokens and scopes. ``401`` without a valid token, ``403`` with one whose
+scope does not allow the route. With no token in the database (and
+``tokens_required`` not set) the server is open, to loopback clients only."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import Depends, HTTPException, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ..records import ApiToken, TokenScope
+from .context import ServerContext, is_loopback
+
+bearer = HTTPBearer(
+    auto_error=False,
+    description="An API token (`conveyor tokens create --scope ...`): "
+    "`Authorization: Bearer cvy_<id>_<secret>`.",
+)
+
+READ = TokenScope.READ
+PRODUCER = TokenScope.PRODUCER
+WORKER = TokenScope.WORKER
+ADMIN = TokenScope.ADMIN
+
+
+def _refuse(status: int, detail: str) -> HTTPException:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return HTTPException(status_code=status, detail=detail, headers=headers)
+
+
+def requires(ctx: ServerContext, scope: TokenScope) -> Any:
+    """A dependency: the caller's token must allow ``scope`` (read < producer,
+    worker < admin). Returns the token, or ``None`` on an open server."""
+
+    async def check(
+        request: Request,
+        credentials: HTTPAuthorizationCredentials | None = Security(bearer),
+    ) -> ApiToken | None:
+        if ctx.tokens_required is False:
+            return None
+        app = ctx.conveyor
+        required = bool(ctx.tokens_required)
+        if not required:
+            required = await asyncio.to_thread(app.tokens_configured)
+        if not required:
+            host = request.client.host if request.client else None
+            if not is_loopback(host):
+                raise _refuse(
+                    401,
+                    "this server has no API tokens yet, so it serves loopback clients only; "
+                    "create one with `conveyor tokens create --scope ...` and send it as "
+                    "`Authorization: Bearer <token>`",
+                )
+            return None
+        if credentials is None:
+            raise _refuse(401, "an API token is required: `Authorization: Bearer <token>`")
+        token = await asyncio.to_thread(app.authenticate, credentials.credentials)
+        if token is None:
+            raise _refuse(401, "the API token is not valid (unknown, revoked or mistyped)")
+        if not token.scope.allows(scope):
+            raise _refuse(
+                403, f"a {token.scope} token cannot do this: it needs the {scope} scope (or admin)"
+            )
+        return token
+
+    return Depends(check)

@@ -1,0 +1,177 @@
+"""Request models and field types shared by the routes. Every string the API
+takes refuses NUL characters and lone surrogates (no database stores them) and
+has a length limit; every number has bounds the databases can hold, so hostile
+input gets a 422 naming the field, never a database error."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from ..errors import ConfigError
+from ..records import JobFilter, JobState
+
+MAX_INT32 = 2**31 - 1
+MAX_ID = 2**63 - 1
+#: delays and deadlines: ten years at most (timestamps stay far from overflow)
+MAX_SECONDS = 10 * 365 * 86400.0
+
+
+def clean_text(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must not contain lone surrogates (invalid UTF-16)") from None
+    return value
+
+
+def _near(value: datetime) -> datetime:
+    now = datetime.now(UTC)
+    if not now - timedelta(seconds=MAX_SECONDS) <= value <= now + timedelta(seconds=MAX_SECONDS):
+        raise ValueError("must be within ten years of now")
+    return value
+
+
+Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(clean_text)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)]
+Key = Annotated[str, StringConstraints(min_length=1, max_length=1000), AfterValidator(clean_text)]
+JobId = Annotated[int, Field(ge=1, le=MAX_ID)]
+Priority = Annotated[int, Field(ge=-MAX_INT32, le=MAX_INT32)]
+Attempts = Annotated[int, Field(ge=1, le=MAX_INT32)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Timeout = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Moment = Annotated[datetime, AfterValidator(_near)]
+
+
+class Strict(BaseModel):
+    """Unknown fields are refused: a typo is an error, not an option silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SendOptions(Strict):
+    """How a job is sent (the options of ``task.send``), all optional."""
+
+    queue: Name | None = Field(None, description="default: the task's queue")
+    priority: Priority | None = Field(None, description="higher runs first")
+    delay: Seconds | None = Field(None, description="seconds from now before it may run")
+    run_at: Moment | None = Field(None, description="when it may run (instead of delay)")
+    max_attempts: Attempts | None = None
+    timeout: Timeout | None = Field(None, description="seconds one attempt may take")
+    tenant: Key | None = Field(None, description="the user or tenant it is for")
+    pinned_to: list[Name] | None = Field(
+        None, min_length=1, max_length=100, description="worker ids or tags that may run it"
+    )
+
+    def options(self) -> dict[str, Any]:
+        return {
+            name: getattr(self, name)
+            for name in SendOptions.model_fields
+            if getattr(self, name) is not None
+        }
+
+
+class JobCreate(SendOptions):
+    task: Name
+    args: list[Any] = Field(default_factory=list, max_length=10_000)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    unique_key: Key | None = Field(None, description="no second unfinished job with this key")
+    idempotency_key: Key | None = Field(
+        None, description="at most one job ever (or the Idempotency-Key header)"
+    )
+    stage: Name | None = Field(None, description="the stage a multi-stage job starts at")
+    context: Any = Field(None, description="data a multi-stage job carries between stages")
+
+    def send_options(self) -> dict[str, Any]:
+        out = self.options()
+        for name in ("unique_key", "idempotency_key", "stage", "context"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+
+class JobsCreate(Strict):
+    jobs: list[JobCreate] = Field(min_length=1, max_length=10_000)
+
+
+class FilterFields(Strict):
+    """Which jobs: every field narrows the selection."""
+
+    ids: list[JobId] | None = Field(None, max_length=10_000)
+    task: list[Name] | None = Field(None, max_length=100)
+    queue: list[Name] | None = Field(None, max_length=100)
+    state: list[JobState] | None = None
+    stage: Name | None = None
+    tenant: Key | None = None
+    batch_id: JobId | None = None
+    created_after: Moment | None = None
+    created_before: Moment | None = None
+    finished_after: Moment | None = None
+    finished_before: Moment | None = None
+    search: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+
+    def to_filter(self) -> JobFilter:
+        search = None if self.search is None else clean_text(self.search)
+        return JobFilter(
+            ids=None if self.ids is None else tuple(self.ids),
+            tasks=None if self.task is None else tuple(self.task),
+            queues=None if self.queue is None else tuple(self.queue),
+            states=None if self.state is None else tuple(self.state),
+            stage=self.stage,
+            tenant=self.tenant,
+            batch_id=self.batch_id,
+            created_after=self.created_after,
+            created_before=self.created_before,
+            finished_after=self.finished_after,
+            finished_before=self.finished_before,
+            search=search,
+        )
+
+
+class BulkAction(FilterFields):
+    """A bulk action on every job matching the filter (in the states it applies to)."""
+
+    all: bool = Field(False, description="required to act on every job (an empty filter)")
+    dry_run: bool = Field(False, description="only count what would change")
+
+    def checked_filter(self) -> JobFilter:
+        f = self.to_filter()
+        if f.empty and not self.all:
+            raise ConfigError(
+                "filter: no field given; pass at least one (task, queue, state, ...) or "
+                '"all": true to act on every job'
+            )
+        return f
+
+
+# -- cursors: opaque to clients, never an OFFSET ----------------------------------------------
+def encode_cursor(*parts: object) -> str:
+    text = "|".join(str(p) for p in parts)
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, n: int) -> list[str]:
+    """The ``n`` parts of a cursor this API returned; ``ConfigError`` otherwise."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        text = ""
+    parts = text.split("|")
+    if len(parts) != n or not all(parts):
+        raise ConfigError("cursor: not a cursor this API returned (pass next_cursor as it came)")
+    return parts
+
+
+def cursor_id(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    (raw,) = decode_cursor(cursor, 1)
+    if not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
+        raise ConfigError("cursor: not a cursor this API returned (pass next_cursor as it came)")
+    return int(raw)

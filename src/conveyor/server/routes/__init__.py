@@ -1,0 +1,1 @@
+"""One module per resource; each exposes ``router(ctx) -> APIRouter``."""

@@ -1,0 +1,203 @@
+"""``/v1/jobs``: create (one, with ``Idempotency-Key``; or many in one
+transaction), read, list with filters and a keyset cursor, cancel, retry,
+delete; and the same actions in bulk over a filter (with ``dry_run``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi.responses import JSONResponse
+
+from ... import serialize
+from ...errors import ConfigError, Conflict
+from ...records import JobState
+from ..auth import ADMIN, PRODUCER, READ, requires
+from ..context import ServerContext
+from ..models import (
+    BulkAction,
+    FilterFields,
+    JobCreate,
+    JobId,
+    JobsCreate,
+    Key,
+    Moment,
+    Name,
+    cursor_id,
+    encode_cursor,
+)
+
+IdempotencyKey = Annotated[
+    Key | None,
+    Header(
+        alias="Idempotency-Key",
+        description="a retried create with the same key returns the first job (200, not 201)",
+    ),
+]
+JobPath = Annotated[JobId, Path(description="the job's id")]
+
+
+def router(ctx: ServerContext) -> APIRouter:
+    app = ctx.conveyor
+    r = APIRouter(tags=["jobs"])
+
+    @r.post(
+        "/jobs",
+        status_code=201,
+        summary="Create a job",
+        dependencies=[requires(ctx, PRODUCER)],
+        responses={200: {"description": "the Idempotency-Key named an existing job"}},
+    )
+    def create_job(body: JobCreate, response: Response, key: IdempotencyKey = None) -> Any:
+        """A job of any task, registered in this process or not (remote workers run
+        those). Send options as fields; ``Idempotency-Key`` (or ``idempotency_key``)
+        makes a retried request return the same job with 200."""
+        options = body.send_options()
+        if key is not None:
+            if options.get("idempotency_key") not in (None, key):
+                raise ConfigError(
+                    "idempotency_key: differs from the Idempotency-Key header; send one"
+                )
+            options["idempotency_key"] = key
+        job = app.enqueue(body.task, body.args, body.kwargs, **options)
+        response.status_code = 201 if job.created else 200
+        return serialize.job(job)
+
+    @r.post(
+        "/jobs/bulk",
+        status_code=201,
+        summary="Create many jobs in one transaction",
+        dependencies=[requires(ctx, PRODUCER)],
+    )
+    def create_jobs(body: JobsCreate, response: Response) -> Any:
+        """All or none: one transaction. Jobs whose key named an existing job come
+        back as that job with ``created: false``."""
+        inserts, payloads = [], []
+        for spec in body.jobs:
+            inserts.append(
+                app.task_for(spec.task).build(spec.args, spec.kwargs, **spec.send_options())
+            )
+            payloads.append((spec.args, spec.kwargs))
+        jobs = app.insert_jobs(inserts, payloads=payloads)
+        created = sum(j.created for j in jobs)
+        response.status_code = 201 if created else 200
+        return {
+            "created": created,
+            "jobs": [{**serialize.job(j), "created": j.created} for j in jobs],
+        }
+
+    @r.get("/jobs", summary="List jobs", dependencies=[requires(ctx, READ)])
+    def list_jobs(
+        task: Annotated[list[Name] | None, Query(max_length=100)] = None,
+        queue: Annotated[list[Name] | None, Query(max_length=100)] = None,
+        state: Annotated[list[JobState] | None, Query()] = None,
+        stage: Name | None = None,
+        tenant: Key | None = None,
+        batch_id: JobId | None = None,
+        created_after: Moment | None = None,
+        created_before: Moment | None = None,
+        finished_after: Moment | None = None,
+        finished_before: Moment | None = None,
+        search: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> Any:
+        """Newest first. ``next_cursor`` (when there may be more) gives the next page:
+        keyset pagination on the id, as fast deep in a big table as on page one.
+        ``search`` finds a substring of the arguments (as JSON text)."""
+        f = FilterFields(
+            task=task,
+            queue=queue,
+            state=state,
+            stage=stage,
+            tenant=tenant,
+            batch_id=batch_id,
+            created_after=created_after,
+            created_before=created_before,
+            finished_after=finished_after,
+            finished_before=finished_before,
+            search=search,
+        ).to_filter()
+        jobs = app.list_jobs(f, limit=limit, before_id=cursor_id(cursor))
+        return page("jobs", [serialize.job(j) for j in jobs], limit, jobs[-1].id if jobs else 0)
+
+    @r.get("/jobs/{job_id}", summary="A job, with its attempts", dependencies=[requires(ctx, READ)])
+    def get_job(job_id: JobPath) -> Any:
+        job = app.get_job(job_id)
+        return {
+            **serialize.job(job),
+            "attempt_log": [serialize.attempt(a) for a in app.job_attempts(job_id)],
+        }
+
+    @r.post(
+        "/jobs/{job_id}/cancel",
+        summary="Cancel a job",
+        dependencies=[requires(ctx, PRODUCER)],
+        responses={202: {"description": "running: its worker cancels it at its next heartbeat"}},
+    )
+    def cancel_job(job_id: JobPath) -> Any:
+        outcome = app.cancel_job(job_id)
+        if outcome is None:
+            job = app.get_job(job_id)
+            raise Conflict(f"job {job_id} has already finished ({job.state}): nothing to cancel")
+        if outcome == JobState.CANCELLED:
+            return {"result": "cancelled", "job": serialize.job(app.get_job(job_id))}
+        return JSONResponse({"result": "requested", "job_id": job_id}, status_code=202)
+
+    @r.post(
+        "/jobs/{job_id}/retry",
+        summary="Retry a failed or cancelled job",
+        dependencies=[requires(ctx, PRODUCER)],
+    )
+    def retry_job(job_id: JobPath) -> Any:
+        if not app.retry_job(job_id):
+            job = app.get_job(job_id)
+            raise Conflict(
+                f"job {job_id} is {job.state}: only failed or cancelled jobs can be retried"
+            )
+        return serialize.job(app.get_job(job_id))
+
+    @r.delete(
+        "/jobs/{job_id}",
+        status_code=204,
+        summary="Delete a job that is not running",
+        dependencies=[requires(ctx, ADMIN)],
+    )
+    def delete_job(job_id: JobPath) -> Response:
+        if not app.delete_job(job_id):
+            raise Conflict(f"job {job_id} is running: cancel it first, or wait for it to end")
+        return Response(status_code=204)
+
+    @r.post(
+        "/jobs/bulk-retry",
+        summary="Retry every failed or cancelled job matching a filter",
+        dependencies=[requires(ctx, PRODUCER)],
+    )
+    def bulk_retry(body: BulkAction) -> Any:
+        return serialize.bulk(app.retry_jobs(body.checked_filter(), dry_run=body.dry_run))
+
+    @r.post(
+        "/jobs/bulk-cancel",
+        summary="Cancel every unfinished job matching a filter",
+        dependencies=[requires(ctx, PRODUCER)],
+    )
+    def bulk_cancel(body: BulkAction) -> Any:
+        return serialize.bulk(app.cancel_jobs(body.checked_filter(), dry_run=body.dry_run))
+
+    @r.post(
+        "/jobs/bulk-delete",
+        summary="Delete every job matching a filter that is not running",
+        dependencies=[requires(ctx, ADMIN)],
+    )
+    def bulk_delete(body: BulkAction) -> Any:
+        return serialize.bulk(app.delete_jobs(body.checked_filter(), dry_run=body.dry_run))
+
+    return r
+
+
+def page(key: str, items: list[Any], limit: int, last_id: int, *more: object) -> dict[str, Any]:
+    """A page and the cursor of the next one (``None`` when this one was short)."""
+    return {
+        key: items,
+        "next_cursor": encode_cursor(last_id, *more) if len(items) >= limit else None,
+    }
