@@ -1,0 +1,192 @@
+"""/v1/jobs over HTTP, on the real server: create (Idempotency-Key), create many,
+read with attempts, list with filters and keyset pagination, cancel, retry,
+delete, and the bulk actions by filter."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from conveyor import JobState
+
+
+def test_create_with_options_and_idempotency_key(api, producer):
+    r = api.post("/v1/jobs", json={"task": "add", "args": [1, 2]})
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert (job["task"], job["args"], job["state"], job["queue"]) == (
+        "add",
+        [1, 2],
+        "available",
+        "default",
+    )
+    assert "lease_token" not in job and "token" not in job
+    # send options over HTTP
+    run_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    r = api.post(
+        "/v1/jobs",
+        json={
+            "task": "remote_only",  # no handler anywhere in the server: remote workers run it
+            "kwargs": {"x": 1},
+            "queue": "q2",
+            "priority": 7,
+            "run_at": run_at,
+            "unique_key": "u-1",
+            "max_attempts": 9,
+            "timeout": 12.5,
+            "tenant": "acme",
+            "pinned_to": ["gpu"],
+        },
+    )
+    assert r.status_code == 201, r.text
+    got = producer.get_job(r.json()["id"])
+    assert (got.queue, got.priority, got.max_attempts, got.timeout) == ("q2", 7, 9, 12.5)
+    assert (got.tenant, got.pinned_to, got.unique_key, got.state) == (
+        "acme",
+        ["gpu"],
+        "u-1",
+        JobState.SCHEDULED,
+    )
+    # a unique key held by an unfinished job returns that job, 200
+    again = api.post("/v1/jobs", json={"task": "remote_only", "unique_key": "u-1"})
+    assert again.status_code == 200 and again.json()["id"] == got.id
+    # Idempotency-Key: the retried POST returns the same job with 200
+    first = api.post(
+        "/v1/jobs", json={"task": "add", "args": [2, 3]}, headers={"Idempotency-Key": "k1"}
+    )
+    retry = api.post(
+        "/v1/jobs", json={"task": "add", "args": [2, 3]}, headers={"Idempotency-Key": "k1"}
+    )
+    assert (first.status_code, retry.status_code) == (201, 200)
+    assert first.json()["id"] == retry.json()["id"]
+    clash = api.post(
+        "/v1/jobs",
+        json={"task": "add", "args": [1, 1], "idempotency_key": "other"},
+        headers={"Idempotency-Key": "k1"},
+    )
+    assert clash.status_code == 422 and "idempotency_key" in clash.json()["detail"]
+    # a registered task's arguments are checked against its handler
+    bad = api.post("/v1/jobs", json={"task": "add", "args": [1]})
+    assert bad.status_code == 422 and "add" in bad.json()["detail"]
+    typo = api.post("/v1/jobs", json={"task": "add", "args": [1, 2], "prority": 1})
+    assert typo.status_code == 422 and typo.json()["detail"][0]["loc"] == ["body", "prority"]
+
+
+def test_create_many_in_one_call(api, producer):
+    r = api.post(
+        "/v1/jobs/bulk",
+        json={
+            "jobs": [{"task": "add", "args": [i, i]} for i in range(5)]
+            + [{"task": "remote_only", "idempotency_key": "once"}]
+        },
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["created"] == 6 and [j["args"] for j in body["jobs"][:2]] == [[0, 0], [1, 1]]
+    again = api.post(
+        "/v1/jobs/bulk", json={"jobs": [{"task": "remote_only", "idempotency_key": "once"}]}
+    )
+    assert again.status_code == 200 and again.json()["jobs"][0]["created"] is False
+    # all or nothing: one bad job fails the call and writes none
+    before = sum(producer.count_jobs().values())
+    bad = api.post(
+        "/v1/jobs/bulk", json={"jobs": [{"task": "add", "args": [1, 1]}, {"task": "add"}]}
+    )
+    assert bad.status_code == 422
+    assert sum(producer.count_jobs().values()) == before
+
+
+def test_get_with_attempts_and_unknown_ids(api, producer):
+    job = producer.enqueue("remote_only", [1])
+    from conveyor.outcomes import OutcomeKind, RemoteOutcome
+    from conveyor.records import WorkerInfo
+
+    producer.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 1))
+    [held] = producer.claim("w", ["default"], limit=1)
+    producer.report(
+        "w",
+        [RemoteOutcome(held.id, held.lease_token, OutcomeKind.FAIL, error="nope", permanent=True)],
+    )
+    body = api.get(f"/v1/jobs/{job.id}").json()
+    assert body["state"] == "failed" and body["attempts"] == 1
+    [attempt] = body["attempt_log"]
+    assert (attempt["worker_id"], attempt["outcome"]) == ("w", "failed")
+    assert "nope" in attempt["error"]
+    assert api.get("/v1/jobs/999999").status_code == 404
+    assert api.get("/v1/jobs/0").status_code == 422
+    assert api.get("/v1/jobs/99999999999999999999999").status_code == 422
+    assert api.post("/v1/jobs/999999/cancel").status_code == 404
+    assert api.post("/v1/jobs/999999/retry").status_code == 404
+    assert api.delete("/v1/jobs/999999").status_code == 404
+
+
+def test_list_filters_and_keyset_pagination(api, producer):
+    ids = [
+        producer.enqueue("remote_only", [i], tenant="t1" if i % 2 else "t2").id for i in range(25)
+    ]
+    producer.enqueue("other", ["needle-xyz"], queue="side")
+    seen, cursor, pages = [], None, 0
+    while True:
+        params = {"task": "remote_only", "limit": 10}
+        if cursor:
+            params["cursor"] = cursor
+        page = api.get("/v1/jobs", params=params).json()
+        seen += [j["id"] for j in page["jobs"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == sorted(ids, reverse=True) and pages == 3  # newest first, each once
+    t1 = api.get("/v1/jobs", params={"tenant": "t1", "limit": 100}).json()["jobs"]
+    assert len(t1) == 12 and {j["tenant"] for j in t1} == {"t1"}
+    found = api.get("/v1/jobs", params={"search": "NEEDLE"}).json()["jobs"]
+    assert [j["task"] for j in found] == ["other"]
+    both = api.get(
+        "/v1/jobs", params=[("queue", "side"), ("queue", "default"), ("limit", 1000)]
+    ).json()
+    assert len(both["jobs"]) == 26 and both["next_cursor"] is None
+    assert api.get("/v1/jobs", params={"state": "failed"}).json()["jobs"] == []
+    assert api.get("/v1/jobs", params={"state": "bogus"}).status_code == 422
+    future = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    assert api.get("/v1/jobs", params={"created_after": future}).json()["jobs"] == []
+    bad = api.get("/v1/jobs", params={"cursor": "not-a-cursor"})
+    assert bad.status_code == 422 and "cursor" in bad.json()["detail"]
+
+
+def test_cancel_retry_delete(api, producer):
+    waiting = producer.enqueue("remote_only")
+    r = api.post(f"/v1/jobs/{waiting.id}/cancel")
+    assert r.status_code == 200 and r.json()["result"] == "cancelled"
+    again = api.post(f"/v1/jobs/{waiting.id}/cancel")
+    assert again.status_code == 409 and "already finished" in again.json()["detail"]
+    retried = api.post(f"/v1/jobs/{waiting.id}/retry")
+    assert retried.status_code == 200 and retried.json()["state"] == "available"
+    conflict = api.post(f"/v1/jobs/{waiting.id}/retry")
+    assert conflict.status_code == 409 and "only failed or cancelled" in conflict.json()["detail"]
+    # a running job: cancel is requested (202), delete refused (409)
+    from conveyor.records import WorkerInfo
+
+    producer.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 1))
+    producer.claim("w", ["default"], limit=1)
+    assert api.post(f"/v1/jobs/{waiting.id}/cancel").status_code == 202
+    assert api.delete(f"/v1/jobs/{waiting.id}").status_code == 409
+    done = producer.enqueue("remote_only")
+    assert api.delete(f"/v1/jobs/{done.id}").status_code == 204
+    assert api.get(f"/v1/jobs/{done.id}").status_code == 404
+
+
+def test_bulk_actions_by_filter_with_dry_run(api, producer):
+    for i in range(4):
+        producer.enqueue("bulk_task", [i])
+    producer.enqueue("keep_me")
+    assert api.post("/v1/jobs/bulk-cancel", json={}).status_code == 422  # no filter
+    dry = api.post("/v1/jobs/bulk-cancel", json={"task": ["bulk_task"], "dry_run": True}).json()
+    assert (dry["matched"], dry["done"], dry["dry_run"]) == (4, 0, True)
+    done = api.post("/v1/jobs/bulk-cancel", json={"task": ["bulk_task"]}).json()
+    assert (done["matched"], done["done"]) == (4, 4)
+    assert producer.count_jobs(task="bulk_task") == {"cancelled": 4}
+    retried = api.post("/v1/jobs/bulk-retry", json={"task": ["bulk_task"], "state": ["cancelled"]})
+    assert retried.json()["done"] == 4
+    api.post("/v1/jobs/bulk-cancel", json={"task": ["bulk_task"]})
+    deleted = api.post("/v1/jobs/bulk-delete", json={"task": ["bulk_task"]}).json()
+    assert deleted["done"] == 4 and producer.count_jobs(task="bulk_task") == {}
+    assert producer.count_jobs(task="keep_me") == {"available": 1}
