@@ -149,7 +149,7 @@ def _ms(value: datetime | None) -> int | None:
 def _schedule_data(a: Attempt) -> dict[str, Any]:
     cost = a.duration_s
     return {
-        "TraceId": f"{a.job_id}-{a.attempt}",
+        "TraceId": "-".join(str(p) for p in (a.job_id, a.stage, a.attempt) if p is not None),
         "ErrMsg": a.error or "",
         "Cost": "" if cost is None else f"{round(cost * 1000)}ms",
     }
@@ -159,7 +159,8 @@ def asyncflow_task(
     record: JobRecord, attempts: Iterable[Attempt] = (), *, retry_cap_s: float = 0.0
 ) -> dict[str, Any]:
     """A job as asyncflow's ``taskData``. ``scheduleLog`` is derived from the attempt
-    log: the last run and the last five (trace id ``<job>-<attempt>``, error, cost);
+    log: the last run and the last five (trace id ``<job>-<stage>-<attempt>``, error,
+    cost);
     a cancelled job says so there. ``taskContext`` is the context as a JSON string.
     ``retry_cap_s``: the task's backoff cap, for a job without a backoff of its own."""
     runs = [_schedule_data(a) for a in attempts]

@@ -44,6 +44,15 @@ log = logging.getLogger("conveyor.server")
     metavar="SECONDS",
     help="A remote worker silent this long is dead: its jobs go back to the queue.",
 )
+@click.option(
+    "--max-wait",
+    "max_wait_s",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The longest a lease request long-polls for work (its wait_s is capped to this).",
+)
 @click.option("--access-log", is_flag=True, help="Log every request.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @pass_state
@@ -54,6 +63,7 @@ def server(
     max_body_bytes: int,
     services: bool,
     worker_ttl_s: float,
+    max_wait_s: float,
     access_log: bool,
     log_level: str,
 ) -> None:
@@ -85,7 +95,11 @@ def server(
             "clients only (`conveyor tokens create --scope ...` turns authentication on)"
         )
     api = create_app(
-        app, max_body_bytes=max_body_bytes, run_services=services, worker_ttl_s=worker_ttl_s
+        app,
+        max_body_bytes=max_body_bytes,
+        run_services=services,
+        worker_ttl_s=worker_ttl_s,
+        max_wait_s=max_wait_s,
     )
     log.info("serving %s on http://%s:%d (docs at /docs)", app.url.split("?")[0], host, port)
     uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=access_log)
