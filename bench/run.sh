@@ -16,7 +16,12 @@
 #      unlimited, with per-key limits and with a queue limit) on PostgreSQL and SQLite,
 #      appended to /tmp/peerbench/results/conveyor-limits-<timestamp>.jsonl;
 #   6. the Markdown table and the ratios, printed and written to bench/RESULTS.md
-#      (with "Batches" and "Concurrency limits" sections).
+#      (with "Batches" and "Concurrency limits" sections);
+#   7. the HTTP API (bench/bench_api.py: jobs created per second through
+#      `conveyor server`, one POST per job and in bulk; 20,000 no-op jobs drained
+#      by one remote HTTP worker in batches of 100 beside one in-process worker)
+#      on PostgreSQL and SQLite, appended to
+#      /tmp/peerbench/results/conveyor-api-<timestamp>.jsonl; its table is printed.
 #
 # Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
 # (the shared folder), BENCH_N (jobs per run, default 20000).
@@ -54,12 +59,13 @@ sys.exit(pgqueuer.__version__ != "1.6.0")' 2>/dev/null; then
   say "installing pgqueuer==1.6.0 asyncpg psycopg uvloop into $VENV"
   "$PY" -m pip install -q "pgqueuer==1.6.0" asyncpg "psycopg[binary,pool]" uvloop
 fi
-# Conveyor from THIS checkout (editable), reinstalled if the venv points elsewhere.
-if ! "$PY" -c 'import os, sys, conveyor
+# Conveyor from THIS checkout (editable), reinstalled if the venv points elsewhere
+# or lacks its dependencies (the server's: fastapi, uvicorn; httpx for bench_api).
+if ! "$PY" -c 'import os, sys, conveyor, fastapi, uvicorn, httpx
 sys.exit(not os.path.realpath(conveyor.__file__).startswith(os.path.realpath(sys.argv[1]) + os.sep))' \
     "$REPO/src" 2>/dev/null; then
   say "installing Conveyor from $REPO into $VENV (editable)"
-  "$PY" -m pip install -q -e "$REPO"
+  "$PY" -m pip install -q -e "$REPO" httpx
 fi
 
 # -- 2. PostgreSQL ------------------------------------------------------------------------
@@ -131,3 +137,11 @@ say "limit runs took $(( $(date +%s) - T2 ))s; results in $LOUT"
 # -- 6. the table and the ratios ----------------------------------------------------------
 "$PY" bench/report.py "$OUT" --commands "$CMDS" --peers "$PEERS" --write bench/RESULTS.md \
   --command "${BENCH_COMMAND:-make bench}" --batches "$BOUT" --limits "$LOUT"
+
+# -- 7. the HTTP API (own script, own results file) ------------------------------------------
+AOUT=$SCRATCH/results/conveyor-api-$STAMP.jsonl
+T3=$(date +%s)
+say "$PY bench/bench_api.py"
+echo "$PY bench/bench_api.py --out $AOUT" >> "$CMDS"
+"$PY" bench/bench_api.py --n "$N" --out "$AOUT" | grep '^|' >&2
+say "API runs took $(( $(date +%s) - T3 ))s; results in $AOUT"
