@@ -141,7 +141,7 @@ def router(ctx: ServerContext) -> APIRouter:
             job = app.get_job(job_id)
             raise Conflict(f"job {job_id} has already finished ({job.state}): nothing to cancel")
         if outcome == JobState.CANCELLED:
-            return {"result": "cancelled", "job": serialize.job(app.get_job(job_id))}
+            return {"result": str(JobState.CANCELLED), "job": serialize.job(app.get_job(job_id))}
         return JSONResponse({"result": "requested", "job_id": job_id}, status_code=202)
 
     @r.post(

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from ... import serialize
-from ...outcomes import OutcomeKind, OutcomeResult, RemoteOutcome
+from ...outcomes import OutcomeKind, OutcomeResult, Refusal, RemoteOutcome
 from ...records import Lease
 from ..auth import WORKER, requires
 from ..context import ServerContext
@@ -121,7 +121,7 @@ def answer(result: OutcomeResult) -> Any:
     """200 with the job's next state, or 409 saying why nothing changed."""
     if result.accepted:
         return serialize.outcome(result)
-    status = 404 if result.reason == "not_found" else 409
+    status = 404 if result.reason == Refusal.NOT_FOUND else 409
     return JSONResponse(
         {
             "detail": result.message,
