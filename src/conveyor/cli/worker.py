@@ -12,7 +12,7 @@ import click
 
 from ..app import Conveyor
 from ..runtime.worker import Worker
-from .core import State, app_option, pass_state
+from .core import CliError, State, app_option, pass_state
 
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
 LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
@@ -36,14 +36,48 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     help="Jobs run at the same time by this process.",
 )
 @click.option(
-    "--lease",
-    "lease_s",
+    "--processes",
+    "-p",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Run handlers in N child processes (one job each at a time) instead of in this "
+    "one: a crash, exit or memory blow-up fails only that attempt, and a job past its "
+    "timeout is really stopped. For CPU-bound or crash-prone handlers. [default: in-process]",
+)
+@click.option(
+    "--max-memory",
+    "max_memory_mb",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="MB",
+    help="With --processes: kill a child whose memory grows past MB (its job fails).",
+)
+@click.option(
+    "--fetch-batch",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Most jobs claimed in one statement. [default: --concurrency]",
+)
+@click.option(
+    "--dead-after",
+    "worker_ttl_s",
     type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
+    default=7.0,
     show_default=True,
     metavar="SECONDS",
-    help="A claimed job is this worker's for this long unless its heartbeat renews it; "
-    "after a crash, other workers take it back once it expires.",
+    help="A worker silent this long is dead: its jobs run again elsewhere. It heartbeats "
+    "every 2 s (at most a third of this).",
+)
+@click.option("--lease", "lease_s", type=float, default=None, hidden=True)
+@click.option(
+    "--resolver",
+    type=click.Choice(["registered", "import"]),
+    default="registered",
+    show_default=True,
+    help="registered: run the app's tasks only (and claim only those). import: also run "
+    "tasks named module:function, importing them on first use.",
 )
 @click.option(
     "--grace",
@@ -79,7 +113,12 @@ def worker(
     state: State,
     queues: str | None,
     concurrency: int,
-    lease_s: float,
+    processes: int | None,
+    max_memory_mb: float | None,
+    fetch_batch: int | None,
+    worker_ttl_s: float,
+    lease_s: float | None,
+    resolver: str,
     grace_s: float,
     burst: bool,
     tags: str,
@@ -94,20 +133,27 @@ def worker(
     running ones get --grace seconds to finish, the rest go back to the queue
     without using up an attempt. Exit status 0 after a graceful stop.
     """
-    app = state.app(need_tasks=True)
+    app = state.app(need_tasks=resolver == "registered")
     configure_logging(log_level)
+    if max_memory_mb is not None and processes is None:
+        raise CliError("--max-memory needs --processes (it kills a child process)")
     w = Worker(
         app,
         queues=_queues(queues, app),
         concurrency=concurrency,
-        lease_s=lease_s,
+        processes=processes,
+        max_memory_mb=max_memory_mb,
+        fetch_batch=fetch_batch,
+        worker_ttl_s=lease_s or worker_ttl_s,
+        resolver=resolver,
+        app_spec=state.app_spec,
         grace_s=grace_s,
         burst=burst,
         tags=tags,
     )
     w.run(install_signals=True)
     app.close()
-    _exit_if_stuck()
+    _exit_if_stuck(w.exit_code)
 
 
 def _queues(option: str | None, app: Conveyor) -> list[str]:
@@ -127,7 +173,7 @@ def configure_logging(level: str) -> None:
     )
 
 
-def _exit_if_stuck(wait_s: float = 3.0) -> None:
+def _exit_if_stuck(code: int = 0, wait_s: float = 3.0) -> None:
     """After a graceful stop, make sure the process really exits.
 
     Handler threads are daemons, but a non-daemon thread (the worker's database
@@ -151,4 +197,6 @@ def _exit_if_stuck(wait_s: float = 3.0) -> None:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
+    if code:
+        sys.exit(code)

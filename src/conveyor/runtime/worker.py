@@ -177,7 +177,7 @@ class Worker:
         app: Conveyor,
         config: WorkerConfig | None = None,
         *,
-        resolver: TaskResolver | None = None,
+        task_resolver: TaskResolver | None = None,
         **options: Any,
     ) -> None:
         if config is not None and options:
@@ -192,7 +192,7 @@ class Worker:
             options.setdefault("worker_ttl_s", options.pop("lease_s"))
         self.app = app
         self.config = config or WorkerConfig(**options)
-        self.resolver = resolver or resolver_for(app, self.config.resolver)
+        self.resolver = task_resolver or resolver_for(app, self.config.resolver)
         self.id = self.config.worker_id or (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         )

@@ -95,6 +95,21 @@ def _check(conn: psycopg.Connection[Any]) -> None:
         ConnectionPool.check_connection(conn)
 
 
+def _network_defaults(url: str) -> dict[str, Any]:
+    """TCP keepalives and a send timeout, unless the URL sets its own: a connection
+    through a network that silently drops packets fails within seconds instead of
+    hanging for the kernel's default of many minutes."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    defaults = {
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 3,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 15_000,
+    }
+    return {k: v for k, v in defaults.items() if k not in given}
+
+
 def _connect_error(url: str, exc: Exception) -> DatabaseUnavailable:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     state = getattr(exc, "sqlstate", None)
@@ -231,7 +246,9 @@ class PostgresNotifier(Notifier):
             raise _connect_error(url, exc) from exc
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+        conn = psycopg.connect(
+            self._url, autocommit=True, connect_timeout=5, **_network_defaults(self._url)
+        )
         conn.execute(f"LISTEN {self._channel}")
         return conn
 
@@ -324,7 +341,7 @@ class PostgresBackend(SqlBackend):
             url,
             min_size=1,
             max_size=max_connections,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row, **_network_defaults(url)},
             configure=_configure,
             check=_check,
             reset=_mark_returned,
