@@ -38,14 +38,13 @@ from ..records import (
 )
 from ..task import Task
 from .completer import Completer
-from .cron_service import CronService
 from .executor import InProcess, Run, cancelled, classify
 from .flow_service import FlowService
 from .heartbeat import HeartbeatService
+from .host import cluster_services
 from .listener import Listener
-from .maintenance import Maintenance
 from .resolver import TaskResolver, resolver_for
-from .service import Leadership, Services
+from .service import Services
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -335,26 +334,17 @@ class Worker:
         services.add(self.heartbeat)
         self.flow: FlowService | None = None
         if cfg.services:
-            leader = Leadership(self.backend, self.id, ttl_s=cfg.leader_ttl_s)
-            services.add(leader)
-            services.add(
-                Maintenance(
-                    self.backend,
-                    is_leader=lambda: leader.is_leader,
-                    interval=cfg.maintenance_s,
-                    worker_ttl_s=cfg.worker_ttl_s,
-                    stale_worker_s=max(300.0, 10 * cfg.worker_ttl_s),
-                    aging_s=self.app.priority_aging_s,
-                    max_boost=self.app.priority_max_boost,
-                    retention=self.app.retention,
-                )
+            cluster = cluster_services(
+                self.app,
+                self.id,
+                leader_ttl_s=cfg.leader_ttl_s,
+                maintenance_s=cfg.maintenance_s,
+                worker_ttl_s=cfg.worker_ttl_s,
+                flow_poll_s=cfg.flow_poll_s,
             )
-            self.flow = FlowService(
-                self.backend, is_leader=lambda: leader.is_leader, interval=cfg.flow_poll_s
-            )
-            services.add(self.flow)
-            if self.app.periodics:
-                services.add(CronService(self.app))
+            for service in cluster.services.services:
+                services.add(service)
+            self.flow = cluster.flow
         flow = self.flow
         services.add(
             Listener(
