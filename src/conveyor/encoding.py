@@ -32,6 +32,8 @@ def storable_json(value: Any) -> str:
     """JSON text of ``value`` that every database stores: NULs become U+FFFD, lone
     surrogates too. Raises TypeError/ValueError/RecursionError for what JSON cannot
     hold."""
+    if value is None:
+        return "null"
     text: str = _ENCODE(value)
     if "\\u0000" in text:
         text = JSON_NUL.sub(lambda m: m.group(1) + REPLACEMENT, text)

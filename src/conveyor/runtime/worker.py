@@ -492,8 +492,7 @@ class Worker:
     async def _run_job(self, job: JobRecord) -> None:
         run = Run()
         task: Task | None = None
-        await asyncio.sleep(0)  # let _start register the entry first
-        entry = self.running.get(job.id)
+        entry = self.running.get(job.id)  # _start registered it before this task ran
         flag = entry.cancel if entry is not None else None
         try:
             task = self.resolver.resolve(job.task)
