@@ -14,6 +14,14 @@ JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 REPLACEMENT = "\ufffd"
 
 
+def with_headers(args_json: str, headers: dict[str, str]) -> str:
+    """An encoded ``{"args", "kwargs"}`` document with ``headers`` added (metadata
+    that travels with the job without reaching the handler)."""
+    doc = json.loads(args_json)
+    doc["headers"] = {**(doc.get("headers") or {}), **headers}
+    return storable_json(doc)
+
+
 def storable_text(text: str, limit: int | None = None) -> str:
     """``text`` with NUL characters and lone surrogates replaced by U+FFFD, cut to
     ``limit`` characters (saying so)."""

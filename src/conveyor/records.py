@@ -123,6 +123,9 @@ class JobRecord:
     pinned_to: list[str] | None = None
     #: an operator asked to cancel it while it ran
     cancel_requested: bool = False
+    #: metadata that travels with the job, not to the handler (a trace's
+    #: ``traceparent``, ...): stored in the arguments document as "headers"
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

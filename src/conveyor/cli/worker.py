@@ -14,8 +14,6 @@ from ..app import Conveyor
 from ..runtime.worker import Worker
 from .core import CliError, State, app_option, pass_state
 
-LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
-LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
@@ -102,6 +100,28 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     help="Labels jobs can be pinned to (pinned_to=...), besides this worker's id.",
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve this worker's Prometheus metrics on http://HOST:PORT/metrics.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="HOST",
+    help="Address the metrics endpoint listens on.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line, one line per attempt (job id, task, queue, attempt, "
+    "outcome, duration, trace id).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="info",
@@ -122,6 +142,9 @@ def worker(
     grace_s: float,
     burst: bool,
     tags: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
     log_level: str,
 ) -> None:
     """Run a worker: claim jobs from the database and run their handlers.
@@ -134,7 +157,16 @@ def worker(
     without using up an attempt. Exit status 0 after a graceful stop.
     """
     app = state.app(need_tasks=resolver == "registered")
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
+    if metrics_port is not None:
+        from ..observability.metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
+        try:
+            metrics.serve(metrics_port, metrics_host)
+        except OSError as exc:
+            raise CliError(f"--metrics-port {metrics_port}: cannot listen ({exc})") from None
+        app.add_middleware(metrics)
     if max_memory_mb is not None and processes is None:
         raise CliError("--max-memory needs --processes (it kills a child process)")
     w = Worker(
@@ -166,11 +198,10 @@ def _queues(option: str | None, app: Conveyor) -> list[str]:
     return used or [app.default_queue]
 
 
-def configure_logging(level: str) -> None:
-    # force=True: the app module may already have called basicConfig on import.
-    logging.basicConfig(
-        level=level.upper(), format=LOG_FORMAT, datefmt=LOG_DATEFMT, stream=sys.stderr, force=True
-    )
+def configure_logging(level: str, fmt: str = "text") -> None:
+    from ..observability.logs import configure
+
+    configure(level, fmt)
 
 
 def _exit_if_stuck(code: int = 0, wait_s: float = 3.0) -> None:
