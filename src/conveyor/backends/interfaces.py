@@ -23,6 +23,8 @@ from ..records import (
     Attempt,
     BatchRecord,
     ChainLink,
+    Change,
+    ChangeCursor,
     Finalize,
     Heartbeat,
     Inserted,
@@ -370,5 +372,24 @@ class CronStore(abc.ABC):
         ones): ticks from before a schedule existed are never enqueued."""
 
 
-class Backend(SchemaStore, JobStore, LeaseStore, WorkerStore, QueueStore, FlowStore, CronStore):
+class ChangeStore(abc.ABC):
+    """Changes of jobs and batches in the order they committed, for event streams."""
+
+    @abc.abstractmethod
+    def changes_head(self) -> ChangeCursor:
+        """A cursor just before any change not yet committed: where "from now" starts."""
+
+    @abc.abstractmethod
+    def changes_since(
+        self, *, after: ChangeCursor, filter: JobFilter, batches: bool = True, limit: int = 500
+    ) -> list[Change]:
+        """Up to ``limit`` changes after ``after``, in order: jobs matching ``filter``
+        and (with ``batches``) batches (``filter.batch_id``: that one only). A change
+        is given only once every transaction that could commit before it has ended,
+        so reading again from the last cursor misses nothing and repeats nothing."""
+
+
+class Backend(
+    SchemaStore, JobStore, LeaseStore, WorkerStore, QueueStore, FlowStore, CronStore, ChangeStore
+):
     """Every interface: what ``open_backend`` returns."""

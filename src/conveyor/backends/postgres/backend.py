@@ -55,6 +55,12 @@ DIALECT = Dialect(
         "FOR_UPDATE": lambda a: "FOR UPDATE",
         "ICONTAINS": lambda a: f"{a[0]}::text ILIKE {a[1]}",
         "GREATEST": lambda a: f"greatest({', '.join(a)})",
+        # The writing transaction's id: event streams read changes in this order, up
+        # to the oldest transaction still running, so none is skipped (events.py).
+        "CHANGE": lambda a: "pg_current_xact_id()",
+        "CHANGED_AFTER": lambda a: f"({a[0]}, {a[1]}) > ({a[2]}::text::xid8, {a[3]})",
+        "CHANGE_HORIZON": lambda a: f"{a[0]} < pg_snapshot_xmin(pg_current_snapshot())",
+        "CHANGE_TEXT": lambda a: f"{a[0]}::text",
     },
 )
 Q = load_queries(__package__ or "conveyor.backends.postgres", DIALECT)
@@ -232,9 +238,9 @@ class PostgresNotifier(Notifier):
     with the full URL, password included, backing off with jitter up to 10 s,
     and logs the outage once and the recovery once. Meanwhile workers poll."""
 
-    def __init__(self, url: str, channel: str) -> None:
+    def __init__(self, url: str, *channels: str) -> None:
         self._url = url
-        self._channel = channel
+        self._channels = channels
         self._lock = threading.Lock()
         self._closed = False
         self._down_since: float | None = None
@@ -249,7 +255,8 @@ class PostgresNotifier(Notifier):
         conn = psycopg.connect(
             self._url, autocommit=True, connect_timeout=5, **_network_defaults(self._url)
         )
-        conn.execute(f"LISTEN {self._channel}")
+        for channel in self._channels:
+            conn.execute(f"LISTEN {channel}")
         return conn
 
     def wait(self, timeout: float) -> set[str]:
@@ -353,7 +360,8 @@ class PostgresBackend(SqlBackend):
         self.pool.close()
 
     def notifier(self, *, events: bool = False) -> Notifier:
-        return PostgresNotifier(self.url, EVENTS if events else CHANNEL)
+        # Events: finished jobs ("done"), and new or re-queued work (queue names).
+        return PostgresNotifier(self.url, *((EVENTS, CHANNEL) if events else (CHANNEL,)))
 
     # -- connections --------------------------------------------------------------------
     @contextmanager
