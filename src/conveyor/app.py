@@ -11,10 +11,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
+from . import serialize
 from .backends import open_backend
 from .backends.interfaces import Backend
 from .batch import Batch
@@ -27,6 +28,8 @@ from .records import (
     Attempt,
     BatchState,
     BulkResult,
+    Change,
+    ChangeCursor,
     JobFilter,
     JobInsert,
     JobRecord,
@@ -514,6 +517,83 @@ class Conveyor(ServingMixin):
 
     def change_generation(self) -> int:
         return self._waiter.generation
+
+    # -- events --------------------------------------------------------------------------
+    def changes(
+        self,
+        after: str | ChangeCursor | None = None,
+        filter: JobFilter | None = None,
+        *,
+        batches: bool = True,
+        limit: int = 500,
+        **fields: Any,
+    ) -> tuple[list[Change], ChangeCursor]:
+        """Changes of jobs (matching the filter) and batches after the event id
+        ``after`` (``None``: from now), in commit order; and the cursor to read
+        from next. Reading again from that cursor misses nothing and repeats
+        nothing, for as long as the changed rows are kept."""
+        cursor = self._cursor(after)
+        found = self.backend.changes_since(
+            after=cursor, filter=make_filter(filter, **fields), batches=batches, limit=limit
+        )
+        return found, (found[-1].cursor if found else cursor)
+
+    def _cursor(self, after: str | ChangeCursor | None) -> ChangeCursor:
+        if after is None:
+            return self.backend.changes_head()
+        return after if isinstance(after, ChangeCursor) else ChangeCursor.parse(after)
+
+    async def stream_events(
+        self,
+        after: str | None = None,
+        filter: JobFilter | None = None,
+        *,
+        batches: bool = True,
+        progress: bool = True,
+        until_batch_closed: int | None = None,
+        limit: int = 500,
+        debounce_s: float = 0.05,
+        **fields: Any,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Events (``serialize.change`` shapes) as they happen, from the event id
+        ``after`` (``None``: from now), woken by the database's hints (a burst of
+        changes costs a read per ``debounce_s``, not one per change) and polling
+        once a second as the safety net. With ``progress``, each batch whose jobs
+        changed gets a ``batch.progress`` event after them. Ends after the batch
+        ``until_batch_closed`` closes. Never blocks the event loop.
+
+        Each job and batch is given as its latest change left it: a stream that
+        falls behind (or resumes later) skips the states a job has since left."""
+        f = make_filter(filter, **fields)
+        cursor = await asyncio.to_thread(self._cursor, after)
+        while True:
+            generation = self._waiter.generation
+            found, cursor = await asyncio.to_thread(
+                self.changes, cursor, f, batches=batches, limit=limit
+            )
+            touched: dict[int, str] = {}  # batch -> the last of its job events so far
+            closed = False
+            for c in found:
+                if c.batch is not None and c.batch.id in touched and progress:
+                    # its progress before its closing
+                    yield await self._progress_event(c.batch.id, touched.pop(c.batch.id))
+                yield serialize.change(c)
+                if c.job is not None and c.job.batch_id is not None:
+                    touched[c.job.batch_id] = str(c.cursor)
+                if c.batch is not None and c.batch.id == until_batch_closed:
+                    closed = c.batch.state != BatchState.RUNNING
+            if progress:
+                for batch_id, at in touched.items():
+                    yield await self._progress_event(batch_id, at)
+            if closed:
+                return
+            if len(found) < limit:
+                await self._waiter.await_change(generation, 1.0)
+                await asyncio.sleep(debounce_s)  # let a burst of changes gather
+
+    async def _progress_event(self, batch_id: int, at: str) -> dict[str, Any]:
+        counts = await asyncio.to_thread(lambda: self.get_batch(batch_id).progress())
+        return serialize.progress_event(at, batch_id, counts)
 
     # -- operator actions on jobs --------------------------------------------------------
     def retry_job(self, job_id: int) -> bool:

@@ -14,6 +14,14 @@ JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 REPLACEMENT = "\ufffd"
 
 
+def with_headers(args_json: str, headers: dict[str, str]) -> str:
+    """An encoded ``{"args", "kwargs"}`` document with ``headers`` added (metadata
+    that travels with the job without reaching the handler)."""
+    doc = json.loads(args_json)
+    doc["headers"] = {**(doc.get("headers") or {}), **headers}
+    return storable_json(doc)
+
+
 def storable_text(text: str, limit: int | None = None) -> str:
     """``text`` with NUL characters and lone surrogates replaced by U+FFFD, cut to
     ``limit`` characters (saying so)."""
@@ -32,6 +40,8 @@ def storable_json(value: Any) -> str:
     """JSON text of ``value`` that every database stores: NULs become U+FFFD, lone
     surrogates too. Raises TypeError/ValueError/RecursionError for what JSON cannot
     hold."""
+    if value is None:
+        return "null"
     text: str = _ENCODE(value)
     if "\\u0000" in text:
         text = JSON_NUL.sub(lambda m: m.group(1) + REPLACEMENT, text)

@@ -86,6 +86,12 @@ class Middleware:
     def on_written(self, outcome: Finalize, accepted: bool) -> None:
         """The outcome was written (``accepted``) or refused by fencing."""
 
+    def on_claimed(self, jobs: Sequence[JobRecord], duration_s: float) -> None:
+        """A worker's claim statement took ``jobs`` (maybe none) in ``duration_s``."""
+
+    def on_flushed(self, outcomes: Sequence[Finalize], duration_s: float) -> None:
+        """A worker wrote a batch of outcomes in ``duration_s``."""
+
 
 def run_enqueue_hooks(middleware: Sequence[Middleware], jobs: list[JobInsert]) -> list[JobInsert]:
     for m in middleware:

@@ -123,6 +123,9 @@ class JobRecord:
     pinned_to: list[str] | None = None
     #: an operator asked to cancel it while it ran
     cancel_requested: bool = False
+    #: metadata that travels with the job, not to the handler (a trace's
+    #: ``traceparent``, ...): stored in the arguments document as "headers"
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -405,6 +408,54 @@ class BulkResult:
     done: int = 0
     requested: int = 0
     dry_run: bool = False
+
+
+_BIG_ID = 2**62
+
+
+@dataclass(frozen=True, order=True)
+class ChangeCursor:
+    """A position in the stream of changes: the change stamp of a transaction, then
+    the jobs it changed by id (kind 0, "j" in text), then its batches (kind 1, "b").
+    Its text is an event id: ``1234-j56``."""
+
+    change: int
+    kind: int = 1
+    id: int = _BIG_ID
+
+    def __str__(self) -> str:
+        return f"{self.change}-{'jb'[self.kind]}{self.id}"
+
+    @classmethod
+    def parse(cls, text: str) -> ChangeCursor:
+        """An event id back into a cursor; ConfigError saying what it should look like."""
+        try:
+            change, rest = str(text).strip().split("-", 1)
+            value = cls(int(change), "jb".index(rest[0]), int(rest[1:]))
+        except (ValueError, IndexError):
+            value = None
+        if value is None or value.change < 0 or value.id < 0 or value.change >= 2**64:
+            raise ConfigError(
+                f"event id {text!r} is not one of ours: it looks like 1234-j56 (the id of "
+                "the last event received)"
+            )
+        return value
+
+    def after_job(self) -> tuple[int, int]:
+        """Jobs strictly after this cursor: (stamp, id) to compare with."""
+        return (self.change, self.id) if self.kind == 0 else (self.change, _BIG_ID)
+
+    def after_batch(self) -> tuple[int, int]:
+        return (self.change, self.id) if self.kind == 1 else (self.change, 0)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A job or a batch as a change left it, with its place in the stream."""
+
+    cursor: ChangeCursor
+    job: JobRecord | None = None
+    batch: BatchRecord | None = None
 
 
 # -- the HTTP server: API tokens and per-task-type settings ----------------------------------

@@ -16,7 +16,9 @@ from .records import (
     ApiToken,
     Attempt,
     BatchRecord,
+    BatchState,
     BulkResult,
+    Change,
     JobRecord,
     JobState,
     QueueCount,
@@ -98,6 +100,52 @@ def bulk(result: BulkResult) -> dict[str, Any]:
         "requested": result.requested,
         "dry_run": result.dry_run,
     }
+
+
+#: what an event carries of a job (its arguments stay out: fetch the job for them)
+_EVENT_FIELDS = (
+    "id",
+    "task",
+    "queue",
+    "state",
+    "attempts",
+    "max_attempts",
+    "stage",
+    "batch_id",
+    "tenant",
+    "priority",
+    "error",
+    "result",
+    "created_at",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+)
+
+
+def job_event_name(record: JobRecord) -> str:
+    """created, started, succeeded, failed, cancelled, or retried (back in the queue
+    after an attempt)."""
+    if record.state == JobState.RUNNING:
+        return "started"
+    if record.state.finished:
+        return str(record.state)
+    return "retried" if record.attempts or record.error else "created"
+
+
+def change(c: Change) -> dict[str, Any]:
+    """An event: ``{"id", "event", "data"}`` (SSE's id, event and data fields)."""
+    if c.job is not None:
+        data = {name: plain(getattr(c.job, name)) for name in _EVENT_FIELDS}
+        return {"id": str(c.cursor), "event": f"job.{job_event_name(c.job)}", "data": data}
+    assert c.batch is not None
+    name = "batch.closed" if c.batch.state != BatchState.RUNNING else "batch.opened"
+    return {"id": str(c.cursor), "event": name, "data": batch(c.batch)}
+
+
+def progress_event(cursor: str, batch_id: int, progress: dict[str, Any]) -> dict[str, Any]:
+    data = {"batch_id": batch_id, **plain(progress)}
+    return {"id": cursor, "event": "batch.progress", "data": data}
 
 
 def lease(record: JobRecord) -> dict[str, Any]:

@@ -313,26 +313,7 @@ class ServingMixin:
         """The leader-elected cluster services (rescuing the jobs of dead workers,
         scheduling, batches and chains, cron), for a process that runs no worker:
         ``conveyor server`` serving only remote workers still needs them."""
-        from .runtime.cron_service import CronService
-        from .runtime.flow_service import FlowService
-        from .runtime.maintenance import Maintenance
-        from .runtime.service import Leadership, Services
+        from .runtime.host import cluster_services
 
         app: Any = self
-        leader = Leadership(self.backend, holder)
-        services = Services([leader])
-        services.add(
-            Maintenance(
-                self.backend,
-                is_leader=lambda: leader.is_leader,
-                worker_ttl_s=worker_ttl_s,
-                stale_worker_s=max(300.0, 10 * worker_ttl_s),
-                aging_s=app.priority_aging_s,
-                max_boost=app.priority_max_boost,
-                retention=app.retention,
-            )
-        )
-        services.add(FlowService(self.backend, is_leader=lambda: leader.is_leader))
-        if app.periodics:
-            services.add(CronService(app))
-        return services
+        return cluster_services(app, holder, worker_ttl_s=worker_ttl_s).services

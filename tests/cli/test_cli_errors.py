@@ -166,3 +166,46 @@ def test_args_must_be_an_array(invoke: Invoke) -> None:
 def test_kwargs_must_not_hold_job_options(invoke: Invoke) -> None:
     line = one_error_line(invoke("enqueue", "add", "--app", TEST_APP, "--kwargs", '{"delay": 1}'))
     assert "job options" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["queues", "limit", "default", "-1"],
+        ["jobs", "lst"],
+        ["worker", "--concurrency", "many"],
+        ["jobs", "list", "--state", "done"],
+        ["nope"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_usage_errors_are_one_line_too(argv: list[str]) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "conveyor.cli.main", "-d", "sqlite:///unused.db", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "--help" in lines[0]
+
+
+def test_version_has_one_source() -> None:
+    from importlib.metadata import version
+
+    from click.testing import CliRunner
+
+    import conveyor
+    from conveyor.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["--version"]).output
+    assert (
+        out.strip()
+        == f"conveyor, version {version('conveyor')}"
+        == (f"conveyor, version {conveyor.__version__}")
+    )

@@ -120,3 +120,33 @@ def test_sigterm_exits_despite_a_stuck_thread(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert "did not finish" in (tmp_path / "worker.log").read_text()
+
+
+def test_worker_metrics_and_json_logs(
+    start_worker: StartWorker, producer: Conveyor, tmp_path: Path
+) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = start_worker("--queues", "default", "--metrics-port", str(port), "--log-format", "json")
+    jobs = producer.tasks["add"].send_many([(i, i) for i in range(6)])
+    bad = producer.tasks["always_fails"].send()
+    for job in jobs:
+        assert job.wait(timeout=20).state == JobState.SUCCEEDED
+    wait_for(bad, JobState.FAILED, timeout=30)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'conveyor_worker_jobs_total{outcome="succeeded",task="add"} 6.0' in metrics
+    assert 'conveyor_worker_jobs_total{outcome="failed",task="always_fails"} 1.0' in metrics
+    assert "conveyor_worker_job_duration_seconds_bucket" in metrics
+    assert "conveyor_worker_claim_seconds_count" in metrics
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    lines = [json.loads(ln) for ln in (tmp_path / "worker.log").read_text().splitlines()]
+    done = [ln for ln in lines if ln.get("task") == "add" and ln.get("outcome") == "succeeded"]
+    assert len(done) == 6
+    assert {"job_id", "queue", "attempt", "duration_s", "worker", "time", "level"} <= set(done[0])
+    failed = [ln for ln in lines if ln.get("outcome") == "failed"]
+    assert failed and failed[-1]["level"] == "error" and failed[-1]["job_id"] == bad.id

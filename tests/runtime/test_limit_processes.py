@@ -27,8 +27,11 @@ def test_limits_hold_across_three_racing_workers(procs, producer):
     producer.set_queue_limit("capped", 3)
     producer.tasks["per_user"].send_many([(f"u{i % 3}", i) for i in range(60)])
     producer.tasks["capped"].send_many([(i,) for i in range(40)])
+    # Each worker runs at most 3 at once, under limits that let 9 run: the first
+    # job of each worker waits for another worker to start one (race_partner), so
+    # the race happens, without ever blocking the others.
     workers = [
-        procs.worker(queues=["keyed", "capped"], concurrency=10, poll_s=0.05) for _ in range(3)
+        procs.worker(queues=["keyed", "capped"], concurrency=3, poll_s=0.05) for _ in range(3)
     ]
     procs.drain_and_stop(producer, workers)
 

@@ -47,6 +47,7 @@ EACH_OWN = {
     "rate_spend": "interval arithmetic in the refill",
     "schema_version_exists": "to_regclass vs sqlite_master",
     "schema_version_table": "column types",
+    "changes_head": "the oldest running transaction vs the largest stamp",
 }
 
 

@@ -24,6 +24,8 @@ from ..records import (
     Attempt,
     BatchRecord,
     ChainLink,
+    Change,
+    ChangeCursor,
     Finalize,
     Heartbeat,
     Inserted,
@@ -372,6 +374,23 @@ class CronStore(abc.ABC):
         ones): ticks from before a schedule existed are never enqueued."""
 
 
+class ChangeStore(abc.ABC):
+    """Changes of jobs and batches in the order they committed, for event streams."""
+
+    @abc.abstractmethod
+    def changes_head(self) -> ChangeCursor:
+        """A cursor just before any change not yet committed: where "from now" starts."""
+
+    @abc.abstractmethod
+    def changes_since(
+        self, *, after: ChangeCursor, filter: JobFilter, batches: bool = True, limit: int = 500
+    ) -> list[Change]:
+        """Up to ``limit`` changes after ``after``, in order: jobs matching ``filter``
+        and (with ``batches``) batches (``filter.batch_id``: that one only). A change
+        is given only once every transaction that could commit before it has ended,
+        so reading again from the last cursor misses nothing and repeats nothing."""
+
+
 class ServerStore(abc.ABC):
     """What only the HTTP server needs stored (as River UI keeps its own small
     driver beside River's): API tokens, per-task-type settings, and deadlines of
@@ -433,6 +452,7 @@ class Backend(
     QueueStore,
     FlowStore,
     CronStore,
+    ChangeStore,
     ServerStore,
 ):
     """Every interface: what ``open_backend`` returns."""

@@ -39,13 +39,38 @@ class CliError(click.ClickException):
 
 class ConveyorGroup(click.Group):
     """The root group. Its ``invoke`` runs every subcommand, so wrapping it once turns
-    any :class:`ConveyorError` into a :class:`CliError` for all commands."""
+    any :class:`ConveyorError` into a :class:`CliError` for all commands; its
+    ``main`` prints usage errors as one ``error:`` line too (click prints three)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ConveyorError as exc:
             raise CliError(str(exc) or type(exc).__name__) from None
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.secho(f"error: {exc.format_message()}{where}", fg="red", err=True)
+            sys.exit(EXIT_ERROR)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except (click.Abort, EOFError, KeyboardInterrupt):
+            click.secho("error: aborted", fg="red", err=True)
+            sys.exit(EXIT_REFUSED)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 @dataclass

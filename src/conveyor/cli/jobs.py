@@ -1,19 +1,23 @@
-"""``conveyor jobs``: list, show, retry and cancel jobs."""
+"""``conveyor jobs``: list, show, retry, cancel and delete jobs, by id or by filter."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import click
 from rich.console import JustifyMethod
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
 from ..app import Conveyor
 from ..job import Job
-from ..records import Attempt, JobState
-from .core import State, app_option, pass_state, refuse
+from ..records import Attempt, JobFilter, JobState
+from .core import CliError, State, app_option, pass_state, refuse
 from .render import (
     STATES,
     attempt_dict,
@@ -27,31 +31,86 @@ from .render import (
     when,
 )
 
-#: states a job never leaves on its own (retry is an operator's decision)
-FINISHED = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
 @click.group("jobs")
 def jobs_group() -> None:
-    """Inspect and operate on jobs.
+    """Inspect and operate on jobs, one by id or all that match a filter.
 
     \b
-    conveyor jobs list --state failed
-    conveyor jobs list --batch 7
+    conveyor jobs list --state failed --task resize
+    conveyor jobs list --search 'a@b.c' --since 2h
     conveyor jobs show 42
     conveyor jobs retry 42
-    conveyor jobs cancel 43
+    conveyor jobs retry --state failed --task resize --dry-run
+    conveyor jobs cancel --queue emails --yes
+    conveyor jobs delete --state cancelled --until 7d
     """
+
+
+def _when(text: str | None, option: str) -> datetime | None:
+    """An ISO time (naive: local time), or a duration ago: 30s, 15m, 2h, 7d."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if m:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return datetime.now(UTC) - timedelta(seconds=float(m.group(1)) * unit)
+    try:
+        when_ = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CliError(
+            f"{option} {text!r} is not a time: give an ISO time (2026-11-23T10:00) or how "
+            "long ago (30s, 15m, 2h, 7d)"
+        ) from None
+    return when_ if when_.tzinfo else when_.astimezone()
+
+
+FILTER_OPTIONS = [
+    click.option(
+        "--state",
+        "states",
+        multiple=True,
+        type=click.Choice(STATES),
+        help="Only jobs in this state (repeat for several).",
+    ),
+    click.option("--queue", "-q", "queues", multiple=True, help="Only jobs on this queue."),
+    click.option("--task", "-t", "tasks", multiple=True, help="Only jobs of this task."),
+    click.option("--batch", "batch_id", type=int, metavar="ID", help="Only jobs of this batch."),
+    click.option("--stage", help="Only jobs at this stage."),
+    click.option("--tenant", help="Only jobs of this user or tenant."),
+    click.option("--search", metavar="TEXT", help="Only jobs whose arguments contain TEXT."),
+    click.option("--since", metavar="WHEN", help="Created at or after WHEN (ISO time or 2h, 7d)."),
+    click.option("--until", metavar="WHEN", help="Created before WHEN (ISO time or 2h, 7d)."),
+]
+
+
+def filter_options(fn: F) -> F:
+    for option in reversed(FILTER_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def make_job_filter(**given: Any) -> JobFilter:
+    return JobFilter(
+        states=given.get("states") or None,
+        queues=given.get("queues") or None,
+        tasks=given.get("tasks") or None,
+        batch_id=given.get("batch_id"),
+        stage=given.get("stage"),
+        tenant=given.get("tenant"),
+        search=given.get("search"),
+        created_after=_when(given.get("since"), "--since"),
+        created_before=_when(given.get("until"), "--until"),
+    )
 
 
 # -- list ----------------------------------------------------------------------------------
 @jobs_group.command("list")
-@click.option("--state", "state_filter", type=click.Choice(STATES), help="Only jobs in this state.")
-@click.option("--queue", "-q", help="Only jobs on this queue.")
-@click.option("--task", "-t", help="Only jobs of this task.")
-@click.option("--batch", "batch_id", type=int, metavar="ID", help="Only jobs of this batch.")
+@filter_options
 @click.option(
     "--limit",
     "-n",
@@ -60,24 +119,20 @@ def jobs_group() -> None:
     show_default=True,
     help="Most jobs to show (newest first).",
 )
+@click.option(
+    "--before", "before_id", type=int, metavar="ID", help="The next page: jobs older than ID."
+)
 @json_option
 @app_option
 @pass_state
 def list_jobs(
-    state: State,
-    state_filter: str | None,
-    queue: str | None,
-    task: str | None,
-    batch_id: int | None,
-    limit: int,
-    as_json: bool,
+    state: State, /, limit: int, before_id: int | None, as_json: bool, **filters: Any
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first. Filters combine; --before pages (the last id shown)."""
     app = state.app()
-    if batch_id is None:
-        jobs = app.list_jobs(state=state_filter, queue=queue, task=task, limit=limit)
-    else:
-        jobs = batch_jobs(app, batch_id, state_filter, queue, task, limit)
+    if filters.get("batch_id") is not None:
+        app.get_batch(filters["batch_id"])  # a missing batch is an error, not "no jobs"
+    jobs = app.list_jobs(make_job_filter(**filters), limit=limit, before_id=before_id)
     if as_json:
         echo_json([job_dict(j) for j in jobs])
         return
@@ -85,26 +140,8 @@ def list_jobs(
         console().print("no jobs match")
         return
     console().print(jobs_table(jobs))
-
-
-def batch_jobs(
-    app: Conveyor,
-    batch_id: int,
-    state_filter: str | None,
-    queue: str | None,
-    task: str | None,
-    limit: int,
-) -> list[Job]:
-    """The batch's jobs through the same filters, newest first (a missing batch is
-    an error; the batch's jobs are read whole and filtered here)."""
-    jobs = [
-        j
-        for j in reversed(app.get_batch(batch_id).jobs())
-        if (state_filter is None or j.state == state_filter)
-        and (queue is None or j.queue == queue)
-        and (task is None or j.task == task)
-    ]
-    return jobs[:limit]
+    if len(jobs) == limit:
+        console().print(f"[dim]more: --before {jobs[-1].id}[/]")
 
 
 def jobs_table(jobs: list[Job]) -> Table:
@@ -258,16 +295,80 @@ def last_traceback(attempts: list[Attempt]) -> str | None:
 
 
 # -- operator actions ------------------------------------------------------------------------
+BULK_OPTIONS = [
+    click.option("--dry-run", is_flag=True, help="Only count the jobs that match."),
+    click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
+    click.option("--all", "everything", is_flag=True, help="Act on every job (no filter)."),
+]
+
+
+def bulk_options(fn: F) -> F:
+    for option in reversed([*FILTER_OPTIONS, *BULK_OPTIONS]):
+        fn = option(fn)
+    return fn
+
+
+def run_bulk(
+    state: State,
+    action: str,
+    ids: tuple[int, ...],
+    dry_run: bool,
+    yes: bool,
+    everything: bool,
+    filters: dict[str, Any],
+    one: Callable[[Conveyor, int], None],
+) -> None:
+    """One job by id (each of ``ids``), or every job a filter selects: counted first,
+    confirmed, then done in transactions of 500 with a progress bar."""
+    app = state.app()
+    f = make_job_filter(**filters)
+    if ids:
+        if not f.empty or everything:
+            raise CliError("give job ids, or filters, not both")
+        for job_id in ids:
+            one(app, job_id)
+        return
+    if f.empty and not everything:
+        raise CliError(
+            f"give the id of the job to {action}, or filters (--state, --task, ...) for many; "
+            "--all acts on every job"
+        )
+    bulk = {"retry": app.retry_jobs, "cancel": app.cancel_jobs, "delete": app.delete_jobs}[action]
+    counted = bulk(f, dry_run=True)
+    noun = f"job{'s' if counted.matched != 1 else ''}"
+    click.echo(f"{counted.matched} {noun} to {action} ({f.describe()})")
+    if dry_run or not counted.matched:
+        return
+    if not yes and not click.confirm(f"{action} {counted.matched} {noun}?", default=False):
+        raise CliError("nothing done (answer y, or pass --yes)", exit_code=1)
+    with Progress(console=console(), transient=True) as progress:
+        bar = progress.add_task(action, total=counted.matched)
+        result = bulk(f, progress=lambda done: progress.update(bar, completed=done))
+    extra = f", {result.requested} running asked to stop" if result.requested else ""
+    click.echo(f"{action}: {result.done} done{extra}")
+
+
 @jobs_group.command("retry")
-@click.argument("job_id", type=int, metavar="ID")
+@click.argument("job_ids", type=int, nargs=-1, metavar="[ID]...")
+@bulk_options
 @app_option
 @pass_state
-def retry_job(state: State, job_id: int) -> None:
-    """Run a failed or cancelled job again (it gets one more attempt).
+def retry_job(
+    state: State,
+    /,
+    job_ids: tuple[int, ...],
+    dry_run: bool,
+    yes: bool,
+    everything: bool,
+    **filters: Any,
+) -> None:
+    """Run failed or cancelled jobs again (each gets one more attempt): by id, or
+    every one a filter selects. Exits with status 1 if a job given by id is in any
+    other state."""
+    run_bulk(state, "retry", job_ids, dry_run, yes, everything, filters, _retry_one)
 
-    Exits with status 1, changing nothing, if the job is in any other state.
-    """
-    app = state.app()
+
+def _retry_one(app: Conveyor, job_id: int) -> None:
     job = app.get_job(job_id)  # a missing id is an error of its own
     if not app.retry_job(job_id):
         raise refuse(
@@ -278,25 +379,31 @@ def retry_job(state: State, job_id: int) -> None:
 
 
 @jobs_group.command("cancel")
-@click.argument("job_id", type=int, metavar="ID")
+@click.argument("job_ids", type=int, nargs=-1, metavar="[ID]...")
+@bulk_options
 @app_option
 @pass_state
-def cancel_job(state: State, job_id: int) -> None:
-    """Cancel a job that has not finished.
+def cancel_job(
+    state: State,
+    /,
+    job_ids: tuple[int, ...],
+    dry_run: bool,
+    yes: bool,
+    everything: bool,
+    **filters: Any,
+) -> None:
+    """Cancel jobs that have not finished: by id, or every one a filter selects.
 
     A scheduled or available job is cancelled at once. A running one is flagged:
     its worker cancels it at its next heartbeat. Exits with status 1, changing
-    nothing, if the job has already finished.
+    nothing, if a job given by id has already finished.
     """
-    app = state.app()
+    run_bulk(state, "cancel", job_ids, dry_run, yes, everything, filters, _cancel_one)
+
+
+def _cancel_one(app: Conveyor, job_id: int) -> None:
     job = app.get_job(job_id)
-    outcome: Any = None
-    for _ in range(3):
-        outcome = app.cancel_job(job_id)
-        # None: finished, or moved between the two steps of cancel_job (a running job
-        # released back to available at a worker's shutdown): then try again.
-        if outcome or app.get_job(job_id).state in FINISHED:
-            break
+    outcome = app.cancel_job(job_id)
     if outcome == "requested":
         click.echo(
             f"job {job_id} ({job.task}) is running: cancellation requested "
@@ -305,7 +412,33 @@ def cancel_job(state: State, job_id: int) -> None:
         return
     if not outcome:
         now = app.get_job(job_id).state
-        if now not in FINISHED:
+        if not now.finished:
             raise refuse(f"job {job_id} kept changing state (now {now}): try again")
         raise refuse(f"job {job_id} is {now}: only unfinished jobs can be cancelled")
     click.echo(f"job {job_id} ({job.task}) cancelled")
+
+
+@jobs_group.command("delete")
+@click.argument("job_ids", type=int, nargs=-1, metavar="[ID]...")
+@bulk_options
+@app_option
+@pass_state
+def delete_job(
+    state: State,
+    /,
+    job_ids: tuple[int, ...],
+    dry_run: bool,
+    yes: bool,
+    everything: bool,
+    **filters: Any,
+) -> None:
+    """Delete jobs (with their attempt logs) that are not running: by id, or every
+    one a filter selects. Exits with status 1 if a job given by id is running."""
+    run_bulk(state, "delete", job_ids, dry_run, yes, everything, filters, _delete_one)
+
+
+def _delete_one(app: Conveyor, job_id: int) -> None:
+    job = app.get_job(job_id)
+    if not app.delete_job(job_id):
+        raise refuse(f"job {job_id} is running: cancel it first, or wait for it to finish")
+    click.echo(f"job {job_id} ({job.task}) deleted")

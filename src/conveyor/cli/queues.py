@@ -151,7 +151,7 @@ def resume_queue(state: State, name: str, force: bool) -> None:
     click.echo(f"queue {name!r} resumed: workers claim from it again")
 
 
-@queues_group.command("limit")
+@queues_group.command("limit", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("max_running", metavar="N", type=click.IntRange(0, MAX_LIMIT), required=False)
 @click.option("--none", "remove", is_flag=True, help="Remove the limit.")

@@ -7,10 +7,11 @@ import logging
 
 import click
 
+from ..observability.logs import configure as configure_logging
 from ..server import create_app, is_loopback
 from ..server.context import DEFAULT_MAX_BODY
 from .core import CliError, State, app_option, pass_state
-from .worker import LOG_DATEFMT, LOG_FORMAT, LOG_LEVELS
+from .worker import LOG_LEVELS
 
 log = logging.getLogger("conveyor.server")
 
@@ -66,6 +67,7 @@ def server(
     max_wait_s: float,
     access_log: bool,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Serve Conveyor over HTTP until SIGTERM/SIGINT.
 
@@ -80,7 +82,7 @@ def server(
     """
     import uvicorn
 
-    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, datefmt=LOG_DATEFMT, force=True)
+    configure_logging(log_level, log_format)
     app = state.app(auto_migrate=True)
     app.migrate()
     if not app.tokens_configured():

@@ -30,6 +30,7 @@ def status(state: State, as_json: bool) -> None:
     counts = {q.name: full_counts(q) for q in queues}
     n_open, shown = open_batches(app)
     workers = app.workers()
+    unserved = app.unserved()
     periodics = len(app.periodics) if state.app_spec else None
     if as_json:
         echo_json(
@@ -45,6 +46,10 @@ def status(state: State, as_json: bool) -> None:
                     ],
                 },
                 "workers": [worker_dict(w) for w in workers],
+                "unserved": [
+                    {"queue": c.queue, "task": c.task, "state": c.state, "count": c.count}
+                    for c in unserved
+                ],
                 "periodics": periodics,
             }
         )
@@ -56,6 +61,13 @@ def status(state: State, as_json: bool) -> None:
         con.print(batches_table(n_open, shown))
         con.print()
     con.print(workers_table(workers) if workers else "no workers running")
+    if unserved:
+        con.print()
+        con.print(
+            Text("waiting, and no live worker runs them (their queue or task):", style="bold red")
+        )
+        for c in unserved:
+            con.print(f"  {c.count} {c.state} job(s) of task {c.task!r} on queue {c.queue!r}")
     if periodics is not None:
         con.print()
         con.print(

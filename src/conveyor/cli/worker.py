@@ -12,10 +12,8 @@ import click
 
 from ..app import Conveyor
 from ..runtime.worker import Worker
-from .core import State, app_option, pass_state
+from .core import CliError, State, app_option, pass_state
 
-LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s"
-LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
@@ -36,14 +34,48 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     help="Jobs run at the same time by this process.",
 )
 @click.option(
-    "--lease",
-    "lease_s",
+    "--processes",
+    "-p",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Run handlers in N child processes (one job each at a time) instead of in this "
+    "one: a crash, exit or memory blow-up fails only that attempt, and a job past its "
+    "timeout is really stopped. For CPU-bound or crash-prone handlers. [default: in-process]",
+)
+@click.option(
+    "--max-memory",
+    "max_memory_mb",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="MB",
+    help="With --processes: kill a child whose memory grows past MB (its job fails).",
+)
+@click.option(
+    "--fetch-batch",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Most jobs claimed in one statement. [default: --concurrency]",
+)
+@click.option(
+    "--dead-after",
+    "worker_ttl_s",
     type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
+    default=7.0,
     show_default=True,
     metavar="SECONDS",
-    help="A claimed job is this worker's for this long unless its heartbeat renews it; "
-    "after a crash, other workers take it back once it expires.",
+    help="A worker silent this long is dead: its jobs run again elsewhere. It heartbeats "
+    "every 2 s (at most a third of this).",
+)
+@click.option("--lease", "lease_s", type=float, default=None, hidden=True)
+@click.option(
+    "--resolver",
+    type=click.Choice(["registered", "import"]),
+    default="registered",
+    show_default=True,
+    help="registered: run the app's tasks only (and claim only those). import: also run "
+    "tasks named module:function, importing them on first use.",
 )
 @click.option(
     "--grace",
@@ -68,6 +100,28 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     help="Labels jobs can be pinned to (pinned_to=...), besides this worker's id.",
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve this worker's Prometheus metrics on http://HOST:PORT/metrics.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="HOST",
+    help="Address the metrics endpoint listens on.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line, one line per attempt (job id, task, queue, attempt, "
+    "outcome, duration, trace id).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="info",
@@ -79,10 +133,18 @@ def worker(
     state: State,
     queues: str | None,
     concurrency: int,
-    lease_s: float,
+    processes: int | None,
+    max_memory_mb: float | None,
+    fetch_batch: int | None,
+    worker_ttl_s: float,
+    lease_s: float | None,
+    resolver: str,
     grace_s: float,
     burst: bool,
     tags: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
     log_level: str,
 ) -> None:
     """Run a worker: claim jobs from the database and run their handlers.
@@ -94,20 +156,36 @@ def worker(
     running ones get --grace seconds to finish, the rest go back to the queue
     without using up an attempt. Exit status 0 after a graceful stop.
     """
-    app = state.app(need_tasks=True)
-    configure_logging(log_level)
+    app = state.app(need_tasks=resolver == "registered")
+    configure_logging(log_level, log_format)
+    if metrics_port is not None:
+        from ..observability.metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
+        try:
+            metrics.serve(metrics_port, metrics_host)
+        except OSError as exc:
+            raise CliError(f"--metrics-port {metrics_port}: cannot listen ({exc})") from None
+        app.add_middleware(metrics)
+    if max_memory_mb is not None and processes is None:
+        raise CliError("--max-memory needs --processes (it kills a child process)")
     w = Worker(
         app,
         queues=_queues(queues, app),
         concurrency=concurrency,
-        lease_s=lease_s,
+        processes=processes,
+        max_memory_mb=max_memory_mb,
+        fetch_batch=fetch_batch,
+        worker_ttl_s=lease_s or worker_ttl_s,
+        resolver=resolver,
+        app_spec=state.app_spec,
         grace_s=grace_s,
         burst=burst,
         tags=tags,
     )
     w.run(install_signals=True)
     app.close()
-    _exit_if_stuck()
+    _exit_if_stuck(w.exit_code)
 
 
 def _queues(option: str | None, app: Conveyor) -> list[str]:
@@ -120,14 +198,13 @@ def _queues(option: str | None, app: Conveyor) -> list[str]:
     return used or [app.default_queue]
 
 
-def configure_logging(level: str) -> None:
-    # force=True: the app module may already have called basicConfig on import.
-    logging.basicConfig(
-        level=level.upper(), format=LOG_FORMAT, datefmt=LOG_DATEFMT, stream=sys.stderr, force=True
-    )
+def configure_logging(level: str, fmt: str = "text") -> None:
+    from ..observability.logs import configure
+
+    configure(level, fmt)
 
 
-def _exit_if_stuck(wait_s: float = 3.0) -> None:
+def _exit_if_stuck(code: int = 0, wait_s: float = 3.0) -> None:
     """After a graceful stop, make sure the process really exits.
 
     Handler threads are daemons, but a non-daemon thread (the worker's database
@@ -151,4 +228,6 @@ def _exit_if_stuck(wait_s: float = 3.0) -> None:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
+    if code:
+        sys.exit(code)

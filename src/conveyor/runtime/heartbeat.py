@@ -91,6 +91,12 @@ class HeartbeatService(ThreadService):
     def _watch_loop(self) -> None:
         while not self.stopping:
             time.sleep(0.25)
+            # A heartbeat stuck in a call that never returns (a network that drops
+            # packets) counts as silence too.
+            silent = time.monotonic() - self.last_ok
+            if silent > self.worker_ttl_s and not self._silence_reported:
+                self._silence_reported = True
+                self.client.on_silence(silent)
             lag = time.monotonic() - self.client.loop_tick()
             if lag > BLOCKED_AFTER_S and self._blocked_since is None:
                 self._blocked_since = time.monotonic() - lag

@@ -38,14 +38,13 @@ from ..records import (
 )
 from ..task import Task
 from .completer import Completer
-from .cron_service import CronService
 from .executor import InProcess, Run, cancelled, classify
 from .flow_service import FlowService
 from .heartbeat import HeartbeatService
+from .host import cluster_services
 from .listener import Listener
-from .maintenance import Maintenance
 from .resolver import TaskResolver, resolver_for
-from .service import Leadership, Services
+from .service import Services
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,6 +52,8 @@ if TYPE_CHECKING:
     from ..app import Conveyor
 
 log = logging.getLogger("conveyor.worker")
+#: one line per attempt (see _log_outcome)
+jobs_log = logging.getLogger("conveyor.jobs")
 T = TypeVar("T")
 
 
@@ -171,13 +172,19 @@ class Executor(Protocol):
     def shutdown(self) -> None: ...
 
 
+def trace_id(job: JobRecord) -> str | None:
+    """The trace a job belongs to, from its W3C ``traceparent`` header."""
+    parts = job.headers.get("traceparent", "").split("-")
+    return parts[1] if len(parts) == 4 else None
+
+
 class Worker:
     def __init__(
         self,
         app: Conveyor,
         config: WorkerConfig | None = None,
         *,
-        resolver: TaskResolver | None = None,
+        task_resolver: TaskResolver | None = None,
         **options: Any,
     ) -> None:
         if config is not None and options:
@@ -192,7 +199,7 @@ class Worker:
             options.setdefault("worker_ttl_s", options.pop("lease_s"))
         self.app = app
         self.config = config or WorkerConfig(**options)
-        self.resolver = resolver or resolver_for(app, self.config.resolver)
+        self.resolver = task_resolver or resolver_for(app, self.config.resolver)
         self.id = self.config.worker_id or (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         )
@@ -335,26 +342,17 @@ class Worker:
         services.add(self.heartbeat)
         self.flow: FlowService | None = None
         if cfg.services:
-            leader = Leadership(self.backend, self.id, ttl_s=cfg.leader_ttl_s)
-            services.add(leader)
-            services.add(
-                Maintenance(
-                    self.backend,
-                    is_leader=lambda: leader.is_leader,
-                    interval=cfg.maintenance_s,
-                    worker_ttl_s=cfg.worker_ttl_s,
-                    stale_worker_s=max(300.0, 10 * cfg.worker_ttl_s),
-                    aging_s=self.app.priority_aging_s,
-                    max_boost=self.app.priority_max_boost,
-                    retention=self.app.retention,
-                )
+            cluster = cluster_services(
+                self.app,
+                self.id,
+                leader_ttl_s=cfg.leader_ttl_s,
+                maintenance_s=cfg.maintenance_s,
+                worker_ttl_s=cfg.worker_ttl_s,
+                flow_poll_s=cfg.flow_poll_s,
             )
-            self.flow = FlowService(
-                self.backend, is_leader=lambda: leader.is_leader, interval=cfg.flow_poll_s
-            )
-            services.add(self.flow)
-            if self.app.periodics:
-                services.add(CronService(self.app))
+            for service in cluster.services.services:
+                services.add(service)
+            self.flow = cluster.flow
         flow = self.flow
         services.add(
             Listener(
@@ -447,6 +445,7 @@ class Worker:
                     break
             self._wake.clear()
             limit = min(self._free(), cfg.batch)
+            began = time.perf_counter()
             try:
                 jobs = await self._db(
                     "fetch",
@@ -462,6 +461,7 @@ class Worker:
                 log.error("could not claim jobs, retrying in 1s: %s", exc)
                 await asyncio.sleep(1.0)
                 continue
+            self._hook("on_claimed", jobs, time.perf_counter() - began)
             queues = queues[1:] + queues[:1]  # no queue always goes first
             more = len(jobs) == limit
             poll = 0.05 if jobs else min(poll * 2, cfg.poll_s)
@@ -502,8 +502,7 @@ class Worker:
     async def _run_job(self, job: JobRecord) -> None:
         run = Run()
         task: Task | None = None
-        await asyncio.sleep(0)  # let _start register the entry first
-        entry = self.running.get(job.id)
+        entry = self.running.get(job.id)  # _start registered it before this task ran
         flag = entry.cancel if entry is not None else None
         try:
             task = self.resolver.resolve(job.task)
@@ -541,12 +540,16 @@ class Worker:
         self.completer.add(outcome)
 
     def _observe(self, job: JobRecord, o: Finalize, duration: float | None) -> None:
-        self._log_outcome(job, o)
+        self._log_outcome(job, o, duration)
+        self._hook("on_outcome", job, o, duration)
+
+    def _hook(self, name: str, *args: Any) -> None:
+        """Call every middleware's ``name``; a failing hook is logged, never fatal."""
         for m in self.app.middleware:
             try:
-                m.on_outcome(job, o, duration)
+                getattr(m, name)(*args)
             except Exception as exc:
-                log.error("middleware %s.on_outcome failed: %s", type(m).__name__, exc)
+                log.error("middleware %s.%s failed: %s", type(m).__name__, name, exc)
 
     def _finished(self, job: JobRecord) -> Running | None:
         """Forget a run; ``None`` if a newer run of the same job replaced it."""
@@ -574,9 +577,30 @@ class Worker:
 
         self._threadsafe(submit)
 
-    def _log_outcome(self, job: JobRecord, o: Finalize) -> None:
+    def _log_outcome(self, job: JobRecord, o: Finalize, duration: float | None) -> None:
+        """One line per attempt on ``conveyor.jobs``: retries and failures always,
+        the rest at INFO (shown with --log-format json, or --log-level debug)."""
+        level = (
+            logging.WARNING
+            if o.outcome == Outcome.RETRY
+            else logging.ERROR
+            if o.outcome == Outcome.FAILED
+            else logging.INFO
+        )
+        if not jobs_log.isEnabledFor(level):
+            return
+        extra = {
+            "job_id": job.id,
+            "task": job.task,
+            "queue": job.queue,
+            "attempt": job.attempts,
+            "outcome": str(o.outcome),
+            "duration_s": None if duration is None else round(duration, 6),
+            "trace_id": trace_id(job),
+            "worker": self.id,
+        }
         if o.outcome == Outcome.RETRY:
-            log.warning(
+            jobs_log.warning(
                 "job %d %s attempt %d/%d failed, retrying in %.1fs: %s",
                 job.id,
                 job.task,
@@ -584,17 +608,20 @@ class Worker:
                 o.max_attempts or job.max_attempts,
                 o.retry_in_s or 0,
                 o.error,
+                extra=extra,
             )
         elif o.outcome == Outcome.FAILED:
-            log.error("job %d %s failed: %s", job.id, job.task, o.error)
+            jobs_log.error("job %d %s failed: %s", job.id, job.task, o.error, extra=extra)
         else:
-            log.debug("job %d %s %s", job.id, job.task, o.outcome)
+            jobs_log.info("job %d %s %s", job.id, job.task, o.outcome, extra=extra)
 
     # -- recording outcomes ---------------------------------------------------------------
     async def _write_outcomes(self, batch: list[Finalize]) -> list[int]:
+        began = time.perf_counter()
         accepted = await self._db(
             "complete", self.backend.job_finalize_many, worker_id=self.id, outcomes=batch
         )
+        self._hook("on_flushed", batch, time.perf_counter() - began)
         # Jobs that stopped running may have made room under a limit: claim again now
         # rather than at the next poll (other workers get a NOTIFY on PostgreSQL).
         self._wake.set()
@@ -620,11 +647,7 @@ class Worker:
                 o.outcome,
                 o.job_id,
             )
-        for m in self.app.middleware:
-            try:
-                m.on_written(o, accepted)
-            except Exception as exc:
-                log.error("middleware %s.on_written failed: %s", type(m).__name__, exc)
+        self._hook("on_written", o, accepted)
 
     # -- the heartbeat's client (called on the heartbeat thread) --------------------------
     def leases_snapshot(self) -> dict[int, str]:

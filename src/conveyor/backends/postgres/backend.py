@@ -55,6 +55,12 @@ DIALECT = Dialect(
         "FOR_UPDATE": lambda a: "FOR UPDATE",
         "ICONTAINS": lambda a: f"{a[0]}::text ILIKE {a[1]}",
         "GREATEST": lambda a: f"greatest({', '.join(a)})",
+        # The writing transaction's id: event streams read changes in this order, up
+        # to the oldest transaction still running, so none is skipped (events.py).
+        "CHANGE": lambda a: "pg_current_xact_id()",
+        "CHANGED_AFTER": lambda a: f"({a[0]}, {a[1]}) > ({a[2]}::text::xid8, {a[3]})",
+        "CHANGE_HORIZON": lambda a: f"{a[0]} < pg_snapshot_xmin(pg_current_snapshot())",
+        "CHANGE_TEXT": lambda a: f"{a[0]}::text",
     },
 )
 Q = load_queries(__package__ or "conveyor.backends.postgres", DIALECT)
@@ -93,6 +99,21 @@ def _check(conn: psycopg.Connection[Any]) -> None:
     dead, and the statement about to use it would fail although the server is up."""
     if time.monotonic() - _returned.get(id(conn), 0.0) > CHECK_IDLE_S:
         ConnectionPool.check_connection(conn)
+
+
+def _network_defaults(url: str) -> dict[str, Any]:
+    """TCP keepalives and a send timeout, unless the URL sets its own: a connection
+    through a network that silently drops packets fails within seconds instead of
+    hanging for the kernel's default of many minutes."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    defaults = {
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 3,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 15_000,
+    }
+    return {k: v for k, v in defaults.items() if k not in given}
 
 
 def _connect_error(url: str, exc: Exception) -> DatabaseUnavailable:
@@ -218,9 +239,9 @@ class PostgresNotifier(Notifier):
     with the full URL, password included, backing off with jitter up to 10 s,
     and logs the outage once and the recovery once. Meanwhile workers poll."""
 
-    def __init__(self, url: str, channel: str) -> None:
+    def __init__(self, url: str, *channels: str) -> None:
         self._url = url
-        self._channel = channel
+        self._channels = channels
         self._lock = threading.Lock()
         self._closed = False
         self._down_since: float | None = None
@@ -232,8 +253,11 @@ class PostgresNotifier(Notifier):
             raise _connect_error(url, exc) from exc
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
-        conn.execute(f"LISTEN {self._channel}")
+        conn = psycopg.connect(
+            self._url, autocommit=True, connect_timeout=5, **_network_defaults(self._url)
+        )
+        for channel in self._channels:
+            conn.execute(f"LISTEN {channel}")
         return conn
 
     def wait(self, timeout: float) -> set[str]:
@@ -325,7 +349,7 @@ class PostgresBackend(SqlBackend):
             url,
             min_size=1,
             max_size=max_connections,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row, **_network_defaults(url)},
             configure=_configure,
             check=_check,
             reset=_mark_returned,
@@ -337,7 +361,8 @@ class PostgresBackend(SqlBackend):
         self.pool.close()
 
     def notifier(self, *, events: bool = False) -> Notifier:
-        return PostgresNotifier(self.url, EVENTS if events else CHANNEL)
+        # Events: finished jobs ("done"), and new or re-queued work (queue names).
+        return PostgresNotifier(self.url, *((EVENTS, CHANNEL) if events else (CHANNEL,)))
 
     # -- connections --------------------------------------------------------------------
     @contextmanager

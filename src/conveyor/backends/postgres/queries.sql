@@ -62,14 +62,14 @@ WITH t AS (
                                backoff, unique_key, idempotency_key, batch_id, stage, context,
                                chain, chain_root, concurrency_key, concurrency_limit,
                                rate_key, rate_per_s, rate_burst, pinned_to, spread_group,
-                               tenant, explicit, created_at, scheduled_at)
+                               tenant, explicit, created_at, scheduled_at, changed)
     SELECT v.queue, v.task, v.args,
            CASE WHEN v.delay_s > 0 THEN 'scheduled' ELSE 'available' END,
            v.priority, v.max_attempts, v.timeout_s, v.backoff, v.unique_key, v.idempotency_key,
            v.batch_id, v.stage, v.context, v.chain, v.chain_root, v.concurrency_key,
            v.concurrency_limit, v.rate_key, v.rate_per_s, v.rate_burst, v.pinned_to,
            v.spread_group, v.tenant, v.explicit,
-           t.now, t.now + make_interval(secs => v.delay_s)
+           t.now, t.now + make_interval(secs => v.delay_s), {CHANGE}
     FROM v, t
     ORDER BY v.ord
     ON CONFLICT DO NOTHING
@@ -121,7 +121,8 @@ SET state = 'running',
     lease_token = gen_random_uuid()::text,
     lease_expires_at = t.now + make_interval(secs => %(lease_s)s::float8),
     started_at = t.now,
-    error = NULL
+    error = NULL,
+    changed = {CHANGE}
 FROM picked, t
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
@@ -188,7 +189,8 @@ WITH i AS (
         priority = coalesce(i.priority, j.priority),
         max_attempts = coalesce(i.max_attempts, j.max_attempts),
         cancel_requested = false,
-        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        changed = {CHANGE}
     FROM i, t
     -- A lease token is non-null only while the job runs (claims set it, every way
     -- out of 'running' clears it), so id + token is the whole fence. Not also
@@ -233,7 +235,7 @@ WITH released AS (
     UPDATE conveyor_jobs j
     SET state = 'available', attempt = greatest(j.attempt - 1, 0),
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-        cancel_requested = false
+        cancel_requested = false, changed = {CHANGE}
     FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
     WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
     RETURNING j.id, j.queue, j.attempt + 1 AS ran, j.stage, j.started_at
@@ -302,7 +304,8 @@ WITH t AS (
                             ELSE 'requeued' END),
         finished_at = CASE WHEN j.attempt >= j.max_attempts THEN t.now END,
         cancel_requested = false,
-        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        changed = {CHANGE}
     FROM expired e, t
     WHERE j.id = e.id
     RETURNING j.id, j.state, j.attempt, j.stage, j.queue, j.error,
@@ -334,7 +337,7 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE conveyor_jobs j SET state = 'available' FROM due WHERE j.id = due.id
+UPDATE conveyor_jobs j SET state = 'available', changed = {CHANGE} FROM due WHERE j.id = due.id
 RETURNING j.queue
 
 -- name: schema_version_table
@@ -475,7 +478,8 @@ SET state = 'running',
     lease_token = gen_random_uuid()::text,
     lease_expires_at = t.now + make_interval(secs => %(lease_s)s::float8),
     started_at = t.now,
-    error = NULL
+    error = NULL,
+    changed = {CHANGE}
 FROM picked, t
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
@@ -515,3 +519,8 @@ SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
 -- name: notify_events
 SELECT pg_notify(%(events)s, q) FROM unnest(%(queues)s::text[]) AS q
 
+
+-- name: changes_head
+-- Where a stream that starts now begins: just before the oldest transaction that
+-- may still commit (xid8 has no arithmetic: through numeric).
+SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::numeric - 1)::text AS head

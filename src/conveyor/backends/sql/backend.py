@@ -23,6 +23,8 @@ from ...records import (
     Attempt,
     BatchRecord,
     ChainLink,
+    Change,
+    ChangeCursor,
     Finalize,
     Inserted,
     JobFilter,
@@ -606,6 +608,46 @@ class SqlBackend(Backend):
                 self._qc(cur, "periodic_register", {"name": name, "now": ts})
             rows = self._q(cur, "periodic_first_seen", {"names": self._list(list(names))})
         return {r["name"]: self._ts(r["first_seen_at"]) or datetime.now(UTC) for r in rows}
+
+    # -- changes -------------------------------------------------------------------------
+    def changes_head(self) -> ChangeCursor:
+        head = self._rows("changes_head", {})[0]["head"]
+        return ChangeCursor(max(0, int(head or 0)))
+
+    def changes_since(
+        self, *, after: ChangeCursor, filter: JobFilter, batches: bool = True, limit: int = 500
+    ) -> list[Change]:
+        where, params = self._filter(filter)
+        change, ident = after.after_job()
+        rows = self._rows(
+            "changes_jobs",
+            {**params, "after_change": str(change), "after_id": ident, "limit": limit},
+            sql=self._with_filter("changes_jobs", where),
+        )
+        out = [
+            Change(ChangeCursor(int(r["change_stamp"]), 0, int(r["id"])), job=self._job(r))
+            for r in rows
+        ]
+        if batches and filter.ids is None:
+            change, ident = after.after_batch()
+            brows = self._rows(
+                "changes_batches",
+                {
+                    "batch_id": filter.batch_id or 0,
+                    "after_change": str(change),
+                    "after_id": ident,
+                    "limit": limit,
+                },
+            )
+            out += [
+                Change(
+                    ChangeCursor(int(r["change_stamp"]), 1, int(r["id"])),
+                    batch=batch_from_row(r, self._ts),
+                )
+                for r in brows
+            ]
+            out.sort(key=lambda c: c.cursor)  # stamps first, then jobs before batches
+        return out[:limit]
 
     # -- the server's own storage ---------------------------------------------------------
     def token_insert(

@@ -101,20 +101,22 @@ SELECT DISTINCT queue FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 UPDATE conveyor_jobs
 SET state = 'available', max_attempts = {GREATEST(max_attempts, attempt + 1)},
     scheduled_at = {NOW}, finished_at = NULL, cancel_requested = FALSE,
-    chain_next = CASE WHEN chain_next = 0 THEN NULL ELSE chain_next END
+    chain_next = CASE WHEN chain_next = 0 THEN NULL ELSE chain_next END, changed = {CHANGE}
 WHERE id {IN(:ids, bigint)} AND state IN ('failed', 'cancelled')
 
 -- name: batch_reopen_for_jobs
 -- A retried job of a closed batch reopens it (state running, final counts gone);
 -- the next closing has a new number, which keys a new callback.
 UPDATE conveyor_batches
-SET state = 'running', finished_at = NULL, counts = NULL, cancelled_at = NULL
+SET state = 'running', finished_at = NULL, counts = NULL, cancelled_at = NULL,
+    changed = {CHANGE}
 WHERE state <> 'running'
   AND id IN (SELECT batch_id FROM conveyor_jobs WHERE id {IN(:ids, bigint)} AND batch_id IS NOT NULL)
 
 -- name: job_cancel_ids
 UPDATE conveyor_jobs
-SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled before it started'
+SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled before it started',
+    changed = {CHANGE}
 WHERE id {IN(:ids, bigint)} AND state IN ('scheduled', 'available')
 
 -- name: job_flag_cancel_ids
@@ -194,11 +196,13 @@ LIMIT :limit
 SELECT * FROM conveyor_jobs WHERE batch_id = :id ORDER BY id
 
 -- name: batch_mark_cancelled
-UPDATE conveyor_batches SET cancelled_at = {NOW} WHERE id = :id AND state = 'running'
+UPDATE conveyor_batches SET cancelled_at = {NOW}, changed = {CHANGE}
+WHERE id = :id AND state = 'running'
 
 -- name: batch_cancel_jobs
 UPDATE conveyor_jobs
-SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled with its batch'
+SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled with its batch',
+    changed = {CHANGE}
 WHERE batch_id = :id AND state IN ('scheduled', 'available')
 
 -- name: batch_ready
@@ -216,7 +220,8 @@ SELECT * FROM conveyor_batches WHERE id = :id AND state = 'running' {FOR_UPDATE}
 
 -- name: batch_mark_closed
 UPDATE conveyor_batches
-SET state = :state, counts = {JSON(:counts)}, closings = closings + 1, finished_at = {NOW}
+SET state = :state, counts = {JSON(:counts)}, closings = closings + 1, finished_at = {NOW},
+    changed = {CHANGE}
 WHERE id = :id AND state = 'running'
 
 -- name: batch_set_callback
@@ -298,8 +303,9 @@ WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running'
 -- name: batch_insert
 -- ON CONFLICT on the idempotency key: a request seen before returns no row,
 -- and the backend then returns the existing batch without inserting jobs.
-INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete, created_at)
-VALUES (:name, :task, :total, 'running', :idempotency_key, {JSON(:on_complete)}, {NOW})
+INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete, created_at,
+                              changed)
+VALUES (:name, :task, :total, 'running', :idempotency_key, {JSON(:on_complete)}, {NOW}, {CHANGE})
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -338,3 +344,24 @@ ON CONFLICT (task) DO UPDATE SET batch_size = excluded.batch_size,
     poll_interval_s = excluded.poll_interval_s, max_processing_s = excluded.max_processing_s,
     max_attempts = excluded.max_attempts, retry_interval_s = excluded.retry_interval_s,
     retry_cap_s = excluded.retry_cap_s, updated_at = excluded.updated_at
+
+-- Event streams: rows changed after a cursor, in change order. A change stamp is
+-- written by every statement that changes a job's or a batch's state ({CHANGE});
+-- reading stops at the horizon, before any transaction that may still commit, so
+-- a client that resumes from an event id misses nothing and sees nothing twice.
+
+-- name: changes_jobs
+SELECT *, {CHANGE_TEXT(changed)} AS change_stamp FROM conveyor_jobs
+WHERE {FILTER} AND {CHANGED_AFTER(changed, id, :after_change, :after_id)}
+  AND {CHANGE_HORIZON(changed)}
+ORDER BY changed, id
+LIMIT :limit
+
+-- name: changes_batches
+SELECT b.*, c.state AS callback_state, {CHANGE_TEXT(b.changed)} AS change_stamp
+FROM conveyor_batches b LEFT JOIN conveyor_jobs c ON c.id = b.callback_job_id
+WHERE (:batch_id = 0 OR b.id = :batch_id)
+  AND {CHANGED_AFTER(b.changed, b.id, :after_change, :after_id)}
+  AND {CHANGE_HORIZON(b.changed)}
+ORDER BY b.changed, b.id
+LIMIT :limit

@@ -17,6 +17,10 @@ style) overrides any of them and adds its own. Macros, expanded once at load:
 ``{FOR_UPDATE}``          row locks for read-then-write (nothing where the
                           transaction holds the only write lock already)
 ``{ICONTAINS(col, :p)}``  ``col`` contains the text of ``p``, ignoring case
+``{CHANGE}``              the change stamp of the statement's transaction (events)
+``{CHANGED_AFTER(c, id, :c, :id)}``  the row's (stamp, id) comes after a cursor
+``{CHANGE_HORIZON(c)}``   the stamp belongs to a transaction no earlier one can follow
+``{CHANGE_TEXT(c)}``      a stamp as the client reads it
 
 Slots filled per call (``{FILTER}``) are left for the backend.
 Migrations are ``migrations/NNNN_<what>.sql``, applied in order.

@@ -77,6 +77,7 @@ def job_from_row(row: dict[str, Any], ts: Ts) -> JobRecord:
         rate_key=row.get("rate_key"),
         pinned_to=None if pins is None else _list(pins),
         cancel_requested=bool(row.get("cancel_requested")),
+        headers=dict(args.get("headers") or {}),
     )
 
 

@@ -50,6 +50,15 @@ DIALECT = Dialect(
         "FOR_UPDATE": lambda a: "",
         "ICONTAINS": lambda a: f"{a[0]} LIKE {a[1]} ESCAPE '\\'",
         "GREATEST": lambda a: f"max({', '.join(a)})",
+        # One writer at a time: one more than any change stamped so far is in commit
+        # order (an index lookup on each table).
+        "CHANGE": lambda a: (
+            "(max(coalesce((SELECT max(changed) FROM conveyor_jobs), 0),"
+            " coalesce((SELECT max(changed) FROM conveyor_batches), 0)) + 1)"
+        ),
+        "CHANGED_AFTER": lambda a: f"({a[0]}, {a[1]}) > ({a[2]}, {a[3]})",
+        "CHANGE_HORIZON": lambda a: "1 = 1",  # committed in stamp order already
+        "CHANGE_TEXT": lambda a: a[0],
     },
 )
 Q = load_queries(__package__ or "conveyor.backends.sqlite", DIALECT)

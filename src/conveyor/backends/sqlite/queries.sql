@@ -10,12 +10,12 @@ INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, tim
                            backoff, unique_key, idempotency_key, batch_id, stage, context,
                            chain, chain_root, concurrency_key, concurrency_limit,
                            rate_key, rate_per_s, rate_burst, pinned_to, spread_group, tenant,
-                           explicit, created_at, scheduled_at)
+                           explicit, created_at, scheduled_at, changed)
 VALUES (:queue, :task, :args_json, CASE WHEN :delay_s > 0 THEN 'scheduled' ELSE 'available' END,
         :priority, :max_attempts, :timeout_s, :backoff_json, :unique_key, :idempotency_key,
         :batch_id, :stage, :context_json, :chain_json, :chain_root, :concurrency_key,
         :concurrency_limit, :rate_key, :rate_per_s, :rate_burst, :pinned_to, :spread_group,
-        :tenant, :explicit, :now, :now + :delay_s)
+        :tenant, :explicit, :now, :now + :delay_s, {CHANGE})
 ON CONFLICT DO NOTHING
 RETURNING id, unique_key, idempotency_key, state, queue
 
@@ -31,7 +31,8 @@ SET state = 'running',
     lease_token = lower(hex(randomblob(16))),
     lease_expires_at = :now + :lease_s,
     started_at = :now,
-    error = NULL
+    error = NULL,
+    changed = {CHANGE}
 WHERE id IN (
     SELECT id FROM conveyor_jobs
     WHERE queue = :queue
@@ -72,7 +73,8 @@ SET state = CASE WHEN cancel_requested AND :state <> 'failed' THEN 'cancelled' E
     priority = coalesce(:priority, priority),
     max_attempts = coalesce(:max_attempts, max_attempts),
     cancel_requested = 0,
-    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    changed = {CHANGE}
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, started_at, attempt, state, error
 
@@ -86,7 +88,7 @@ VALUES (:job_id, :attempt, :stage, :worker_id, :started_at, :now, :outcome, :err
 -- backend logs a "released" attempt).
 UPDATE conveyor_jobs
 SET state = 'available', attempt = max(attempt - 1, 0), cancel_requested = 0,
-    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, changed = {CHANGE}
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, attempt + 1 AS ran, stage, started_at
 
@@ -127,13 +129,14 @@ SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END
                         ELSE 'requeued' END),
     finished_at = CASE WHEN attempt >= max_attempts THEN :now END,
     cancel_requested = 0,
-    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    changed = {CHANGE}
 WHERE id = :id AND state = 'running'
 RETURNING id, state, attempt, stage, queue, error
 
 -- name: job_schedule_due
 -- (The backend wakes the queues returned.)
-UPDATE conveyor_jobs SET state = 'available'
+UPDATE conveyor_jobs SET state = 'available', changed = {CHANGE}
 WHERE id IN (SELECT id FROM conveyor_jobs WHERE state = 'scheduled' AND scheduled_at <= :now
              ORDER BY scheduled_at LIMIT :limit)
 RETURNING queue
@@ -267,7 +270,8 @@ SET state = 'running',
     lease_token = lower(hex(randomblob(16))),
     lease_expires_at = :now + :lease_s,
     started_at = :now,
-    error = NULL
+    error = NULL,
+    changed = {CHANGE}
 WHERE id IN (SELECT id FROM picked)
 RETURNING *
 
@@ -278,3 +282,8 @@ SET tokens = min(:burst, conveyor_rate_limits.tokens
                  + (excluded.updated_at - conveyor_rate_limits.updated_at) * :rate) - :taken,
     updated_at = excluded.updated_at
 
+
+-- name: changes_head
+-- The largest change stamp so far (see the CHANGE macro).
+SELECT max(coalesce((SELECT max(changed) FROM conveyor_jobs), 0),
+           coalesce((SELECT max(changed) FROM conveyor_batches), 0)) AS head

@@ -1,4 +1,4 @@
--- Schema v9 (see the PostgreSQL migration): explicit send options, per-task-type
+-- Schema v10 (see the PostgreSQL migration): explicit send options, per-task-type
 -- settings, API tokens.
 ALTER TABLE conveyor_jobs ADD COLUMN explicit INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE conveyor_task_settings (

@@ -1,4 +1,4 @@
--- Schema v9: the HTTP server.
+-- Schema v10: the HTTP server.
 -- Which options a job was sent with explicitly (bits: 1 max_attempts, 2 timeout,
 -- 4 backoff). Per-task-type settings fill in the others, at insert and again
 -- when they change while the job waits; explicit ones are never overridden.

@@ -1,0 +1,2 @@
+"""Observability that plugs in through hooks: worker metrics (Prometheus), job
+traces (OpenTelemetry, optional), and structured logs."""

@@ -1,0 +1,217 @@
+"""Faults made real: a throwaway PostgreSQL cluster with a password that a test
+stops and restarts, and a TCP proxy between a worker and its database that a
+test cuts. No fakes: real servers, real sockets, real worker processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+PASSWORD = "s3cret pw/with:odd@chars"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin() -> Path | None:
+    found = shutil.which("initdb")
+    candidates = [Path(found).parent] if found else []
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    for d in candidates:
+        if (d / "initdb").exists() and (d / "pg_ctl").exists():
+            return d
+    return None
+
+
+class Cluster:
+    """A PostgreSQL cluster of the test's own, with password authentication."""
+
+    def __init__(self, root: Path) -> None:
+        bindir = _pg_bin()
+        if bindir is None:
+            pytest.fail("no initdb/pg_ctl on this machine: install PostgreSQL (see make test)")
+        self.bin = bindir
+        self.root = root
+        self.data = root / "data"
+        self.port = _free_port()
+        root.mkdir(parents=True, exist_ok=True)
+        if os.getuid() == 0:
+            shutil.chown(root, "postgres")
+        pwfile = root / "pw"
+        pwfile.write_text(PASSWORD + "\n")
+        if os.getuid() == 0:
+            shutil.chown(pwfile, "postgres")
+        self._as_pg(
+            f"{bindir}/initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--auth=scram-sha-256",
+            f"--pwfile={pwfile}",
+        )
+        from urllib.parse import quote
+
+        self.url = (
+            f"postgresql://postgres:{quote(PASSWORD, safe='')}@127.0.0.1:{self.port}/postgres"
+        )
+
+    def _as_pg(self, *argv: str) -> None:
+        cmd = list(argv)
+        if os.getuid() == 0:
+            cmd = ["su", "postgres", "-s", "/bin/sh", "-c", " ".join(f"'{a}'" for a in argv)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        opts = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root}"
+        )
+        self._as_pg(
+            f"{self.bin}/pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "-o",
+            opts,
+            "start",
+        )
+
+    def stop(self) -> None:
+        self._as_pg(f"{self.bin}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def answers(self) -> bool:
+        try:
+            psycopg.connect(self.url, connect_timeout=2).close()
+        except psycopg.OperationalError:
+            return False
+        return True
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    # Not under pytest's tmp dir: the postgres user must reach it.
+    root = Path(tempfile.mkdtemp(prefix="conveyor-pg-"))
+    c = Cluster(root)
+    c.start()
+    yield c
+    try:
+        c.stop()
+    except subprocess.CalledProcessError:
+        pass
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class Proxy:
+    """A TCP forwarder to ``target``: ``cut()`` resets every connection and refuses
+    new ones (a network cut as the client sees it), ``restore()`` undoes it."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = _free_port()
+        self._socks: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._cut = False
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self._cut:
+                _reset(client)
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _reset(client)
+                continue
+            with self._lock:
+                self._socks |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                if self._cut:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            _reset(s)
+            with self._lock:
+                self._socks.discard(s)
+
+    def cut(self) -> None:
+        self._cut = True
+        with self._lock:
+            socks = list(self._socks)
+        for s in socks:
+            _reset(s)
+
+    def restore(self) -> None:
+        self._cut = False
+
+    def close(self) -> None:
+        self._stop = True
+        self.cut()
+        self._listener.close()
+
+
+def _reset(s: socket.socket) -> None:
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()
+    except OSError:
+        pass
+
+
+@pytest.fixture
+def proxy_to() -> Iterator:
+    made: list[Proxy] = []
+
+    def make(host: str, port: int) -> Proxy:
+        p = Proxy((host, port))
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,64 @@
+"""A worker cut off from the database for longer than it may stay silent: the
+cluster runs its job elsewhere, and its late outcome, if it ever arrives, is
+refused: the job counts once (issue 8)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from conveyor import Conveyor
+
+from ..runtime.conftest import Procs
+from .conftest import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def _via(url: str, port: int) -> str:
+    """The same URL, through 127.0.0.1:``port``."""
+    parts = urlsplit(url)
+    user = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+    return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{port}"))
+
+
+def test_a_worker_cut_off_longer_than_its_ttl_loses_its_job_to_another(db_url, tmp_path, proxy_to):
+    if not db_url.startswith("postgresql"):
+        pytest.skip("a network partition needs a database across a network")
+    info = psycopg.conninfo.conninfo_to_dict(db_url)
+    proxy = proxy_to(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))
+    producer = Conveyor(db_url)
+    producer.task(name="sleepy")(lambda *a: None)
+    producer.migrate()
+    job = producer.tasks["sleepy"].send(4.0)
+    cut_off = Procs(_via(db_url, proxy.port), tmp_path / "effects.log")
+    rescuer = Procs(db_url, tmp_path / "effects.log")
+    opts = {"worker_ttl_s": 3, "heartbeat_s": 0.5, "leader_ttl_s": 2, "grace_s": 1}
+    try:
+        victim = cut_off.worker(**opts)
+        wait_until(lambda: cut_off.lines("start"), 30, "the job started on the victim")
+        proxy.cut()
+        other = rescuer.worker(**opts)
+        wait_until(
+            lambda: producer.get_job(job.id).state == "succeeded", 60, "the job done elsewhere"
+        )
+        proxy.restore()
+        time.sleep(3)  # the victim reconnects; whatever it sends now must be refused
+        got = producer.get_job(job.id)
+        outcomes = [a.outcome for a in got.attempt_log()]
+        assert outcomes.count("succeeded") == 1 and outcomes[0] == "lost", outcomes
+        ran_by = {pid for _, pid in cut_off.lines("start")}
+        assert other.pid in {pid for _, pid in rescuer.lines("end")} or other.pid in ran_by | {
+            pid for _, pid in rescuer.lines("start")
+        }
+        for p in (victim, other):
+            p.send_signal(signal.SIGTERM)
+        assert [p.wait(30) for p in (victim, other)] == [0, 0]
+    finally:
+        cut_off.cleanup()
+        rescuer.cleanup()
+        producer.close()

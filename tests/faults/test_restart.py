@@ -1,0 +1,58 @@
+"""A PostgreSQL restart under busy and idle workers, with a password in the URL:
+the workers resume alone, idle ones stay quiet meanwhile, and a producer's first
+send after the restart works (issue 8, items 17 and 18)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conveyor import Conveyor
+
+from ..runtime.conftest import Procs
+from .conftest import cpu_seconds, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_workers_resume_alone_after_a_restart_and_idle_ones_stay_quiet(cluster, tmp_path):
+    producer = Conveyor(cluster.url)
+    for name in ("effect", "sleepy"):
+        producer.task(name=name)(lambda *a: None)
+    producer.migrate()
+    procs = Procs(cluster.url, tmp_path / "effects.log")
+    try:
+        opts = {"worker_ttl_s": 5, "heartbeat_s": 0.5, "concurrency": 4}
+        busy = procs.worker(**opts)
+        idle = procs.worker(**{**opts, "queues": ["nothing-here"]})
+        first = producer.tasks["effect"].send_many([(i,) for i in range(50)])
+        wait_until(lambda: len(procs.lines("ran")) >= 50, 60, "the first jobs ran")
+
+        cluster.stop()
+        down_at, cpu_before = time.monotonic(), cpu_seconds(idle.pid)
+        time.sleep(6)  # an outage longer than a heartbeat or two
+        outage_cpu = cpu_seconds(idle.pid) - cpu_before
+        outage_s = time.monotonic() - down_at
+        cluster.start()
+
+        # the producer's pool holds connections from before the restart
+        again = producer.tasks["effect"].send_many([(i,) for i in range(50, 100)])
+        wait_until(lambda: len(procs.lines("ran")) >= 100, 60, "jobs ran after the restart")
+        assert {p.poll() for p in (busy, idle)} == {None}  # both still running
+        done = {j.id: producer.get_job(j.id).state for j in [*first, *again]}
+        assert set(done.values()) == {"succeeded"}
+
+        # an idle worker waited for the server quietly: little CPU, few log lines
+        assert outage_cpu < 0.25 * outage_s, f"{outage_cpu:.2f}s of CPU in {outage_s:.1f}s"
+        log = idle.log.read_text()
+        lost = log.count("LISTEN connection to")
+        assert 1 <= lost <= 4, log[-3000:]
+        assert "password" not in log and "s3cret" not in log  # never printed
+        assert log.count("\n") < 60, log[-3000:]
+        procs.drain_and_stop(producer, [busy, idle])
+    finally:
+        procs.cleanup()
+        producer.close()
+    assert json.dumps  # (keeps the import used when the test is trimmed)
