@@ -56,6 +56,13 @@ log = logging.getLogger("conveyor.server")
 )
 @click.option("--access-log", is_flag=True, help="Log every request.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line.",
+)
 @pass_state
 def server(
     state: State,

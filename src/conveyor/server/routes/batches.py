@@ -128,6 +128,10 @@ def router(ctx: ServerContext) -> APIRouter:
         app.get_batch(batch_id)
         after = None if cursor is None else _results_cursor(cursor)
         jobs = app.batch_finished_jobs(batch_id, after=after, limit=limit)
+        if after is not None:
+            # SQLite keeps times as REAL seconds, read back rounded to microseconds:
+            # the row the cursor names can compare as later than itself. Drop it.
+            jobs = [j for j in jobs if j.finished_at is None or (j.finished_at, j.id) > after]
         # The cursor moves on even after a short page: more results keep coming.
         last = jobs[-1] if jobs else None
         return {
