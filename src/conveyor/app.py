@@ -472,9 +472,12 @@ class Conveyor(ServingMixin):
             self.list_jobs, filter, limit=limit, before_id=before_id, **fields
         )
 
-    def count_jobs(self, filter: JobFilter | None = None, **fields: Any) -> dict[str, int]:
-        """How many jobs match, per state."""
-        return self.backend.job_count(filter=make_filter(filter, **fields))
+    def count_jobs(
+        self, filter: JobFilter | None = None, *, cap: int | None = None, **fields: Any
+    ) -> dict[str, int]:
+        """How many jobs match, per state. Queue, task and state filters are read from
+        a rollup (no scan); any other filter counts, up to ``cap`` jobs if given."""
+        return self.backend.job_count(filter=make_filter(filter, **fields), cap=cap)
 
     def job_attempts(self, job_id: int) -> list[Attempt]:
         """Every recorded attempt of the job, oldest first."""
@@ -560,30 +563,47 @@ class Conveyor(ServingMixin):
         changes costs a read per ``debounce_s``, not one per change) and polling
         once a second as the safety net. With ``progress``, each batch whose jobs
         changed gets a ``batch.progress`` event after them. Ends after the batch
-        ``until_batch_closed`` closes. Never blocks the event loop.
+        ``until_batch_closed`` closes; followed from now, that batch's stream starts
+        with its progress so far (and ends there if it is closed already). Never
+        blocks the event loop.
 
         Each job and batch is given as its latest change left it: a stream that
         falls behind (or resumes later) skips the states a job has since left."""
         f = make_filter(filter, **fields)
         cursor = await asyncio.to_thread(self._cursor, after)
+        if until_batch_closed is not None and after is None:
+            # a new follower of one batch starts from where it stands (read after the
+            # head: the events that follow are never older than this snapshot)
+            batch = await asyncio.to_thread(self.get_batch, until_batch_closed)
+            if progress:
+                yield serialize.progress_event(str(cursor), batch.id, batch.progress())
+            if batch.finished:
+                data = serialize.batch(batch.record)
+                yield {"id": str(cursor), "event": "batch.closed", "data": data}
+                return
         while True:
             generation = self._waiter.generation
             found, cursor = await asyncio.to_thread(
                 self.changes, cursor, f, batches=batches, limit=limit
             )
-            touched: dict[int, str] = {}  # batch -> the last of its job events so far
+            # batches whose jobs changed in this page. A progress event carries the id
+            # of the event just before it: a client resuming from it misses nothing
+            # and receives nothing twice
+            touched: set[int] = set()
             closed = False
+            at = ""
             for c in found:
                 if c.batch is not None and c.batch.id in touched and progress:
-                    # its progress before its closing
-                    yield await self._progress_event(c.batch.id, touched.pop(c.batch.id))
+                    touched.discard(c.batch.id)  # its progress before its closing
+                    yield await self._progress_event(c.batch.id, at)
                 yield serialize.change(c)
+                at = str(c.cursor)
                 if c.job is not None and c.job.batch_id is not None:
-                    touched[c.job.batch_id] = str(c.cursor)
+                    touched.add(c.job.batch_id)
                 if c.batch is not None and c.batch.id == until_batch_closed:
                     closed = c.batch.state != BatchState.RUNNING
             if progress:
-                for batch_id, at in touched.items():
+                for batch_id in sorted(touched):
                     yield await self._progress_event(batch_id, at)
             if closed:
                 return
@@ -785,8 +805,19 @@ class Conveyor(ServingMixin):
         return self.backend.queue_list()
 
     def counts(self) -> list[QueueCount]:
-        """Jobs per queue, task and state."""
+        """Jobs per queue, task and state (a rollup kept as jobs change: no scan)."""
         return self.backend.queue_counts()
+
+    def oldest_waiting(self) -> dict[str, datetime]:
+        """Per queue with jobs waiting, when its oldest due job became due."""
+        return self.backend.queue_oldest_waiting()
+
+    def open_batches(self) -> int:
+        return self.backend.batch_count_open()
+
+    def batch_first_finished(self, batch_id: int) -> datetime | None:
+        """When the batch's first job finished (its first result)."""
+        return self.backend.batch_first_finished(batch_id=_id(batch_id, "batch"))
 
     def _known_queue(self, name: str, force: bool) -> None:
         check_queue_name(name)

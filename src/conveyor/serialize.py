@@ -153,6 +153,9 @@ def lease(record: JobRecord) -> dict[str, Any]:
     that carries the lease token (its proof of ownership, sent with every outcome)."""
     data = job(record)
     data["token"] = record.lease_token
+    # W3C trace context of the code that sent the job: a remote worker's span
+    # continues it (``headers`` has it too; this is the one field to look at)
+    data["traceparent"] = (record.headers or {}).get("traceparent")
     return data
 
 

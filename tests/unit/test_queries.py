@@ -48,6 +48,7 @@ EACH_OWN = {
     "schema_version_exists": "to_regclass vs sqlite_master",
     "schema_version_table": "column types",
     "changes_head": "the oldest running transaction vs the largest stamp",
+    "counts_fold": "deltas folded by the leader vs counts kept by row triggers",
 }
 
 

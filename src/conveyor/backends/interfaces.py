@@ -117,8 +117,10 @@ class JobStore(abc.ABC):
         (the last id of the previous page)."""
 
     @abc.abstractmethod
-    def job_count(self, *, filter: JobFilter) -> dict[str, int]:
-        """Jobs matching ``filter`` per state (states with none are left out)."""
+    def job_count(self, *, filter: JobFilter, cap: int | None = None) -> dict[str, int]:
+        """Jobs matching ``filter`` per state (states with none are left out). A filter
+        on queue, task and state only is read from the count rollup; any other is
+        counted, stopping at ``cap`` jobs when given."""
 
     @abc.abstractmethod
     def job_attempts(self, *, job_id: int) -> list[Attempt]: ...
@@ -286,7 +288,15 @@ class QueueStore(abc.ABC):
 
     @abc.abstractmethod
     def queue_counts(self) -> list[QueueCount]:
-        """Number of jobs per queue, task and state."""
+        """Number of jobs per queue, task and state, from the count rollup (no scan)."""
+
+    @abc.abstractmethod
+    def queue_oldest_waiting(self, *, now: datetime | None = None) -> dict[str, datetime]:
+        """Per queue with jobs waiting, when its oldest due job became due."""
+
+    @abc.abstractmethod
+    def counts_fold(self) -> None:
+        """Fold the count deltas statements appended into the rollup (the leader)."""
 
 
 class FlowStore(abc.ABC):
@@ -338,6 +348,14 @@ class FlowStore(abc.ABC):
     @abc.abstractmethod
     def batch_retry_failed(self, *, batch_id: int, now: datetime | None = None) -> int:
         """Failed jobs of the batch become available again and the batch reopens."""
+
+    @abc.abstractmethod
+    def batch_count_open(self) -> int:
+        """Batches not closed yet."""
+
+    @abc.abstractmethod
+    def batch_first_finished(self, *, batch_id: int) -> datetime | None:
+        """When the first job of the batch finished."""
 
     @abc.abstractmethod
     def batch_ready(self, *, limit: int = 100) -> list[int]:

@@ -54,6 +54,7 @@ class Maintenance(ThreadService):
             return
         self.rescue(now)
         self.backend.job_schedule_due(now=now)
+        self.backend.counts_fold()
         clock = time.monotonic()
         # Aging needs only a pass per aging period (at most every 5 s); the rest
         # can wait a few seconds too (every pass when a test passes time in).

@@ -19,7 +19,19 @@ from fastapi import APIRouter, FastAPI
 from .. import __version__
 from . import errors, limits
 from .context import DEFAULT_MAX_BODY, ServerContext, is_loopback
-from .routes import asyncflow, batches, health, jobs, leases, queues, tasks, tokens, workers
+from .routes import (
+    asyncflow,
+    batches,
+    events,
+    health,
+    jobs,
+    leases,
+    metrics,
+    queues,
+    tasks,
+    tokens,
+    workers,
+)
 
 if TYPE_CHECKING:
     from ..app import Conveyor
@@ -39,6 +51,8 @@ ROUTERS: list[tuple[str, RouterFactory]] = [
     ("/v1", tasks.router),
     ("/v1", leases.router),
     ("/v1", tokens.router),
+    ("/v1", events.router),
+    ("", metrics.router),
     ("/api", asyncflow.router),
 ]
 

@@ -355,12 +355,16 @@ SELECT to_regclass('conveyor_schema_version') IS NOT NULL AS present
 SELECT pg_advisory_xact_lock(7262837501)
 
 -- name: queue_list
--- Every queue that has jobs or settings, with its counts per state.
+-- Every queue that has jobs (from the count rollup) or settings, with its counts.
 SELECT coalesce(c.queue, q.name) AS name, coalesce(q.paused, false) AS paused,
        coalesce(c.counts, '{}'::jsonb)::text AS counts, q.max_running, q.rate_per_s,
        q.rate_burst
 FROM (SELECT queue, jsonb_object_agg(state, n) AS counts
-      FROM (SELECT queue, state, count(*) AS n FROM conveyor_jobs GROUP BY queue, state) s
+      FROM (SELECT queue, state, sum(n) AS n FROM (
+                SELECT queue, state, n FROM conveyor_counts
+                UNION ALL
+                SELECT queue, state, n FROM conveyor_count_deltas) x
+            GROUP BY queue, state HAVING sum(n) <> 0) s
       GROUP BY queue) c
 FULL JOIN conveyor_queues q ON q.name = c.queue
 ORDER BY 1
@@ -524,3 +528,13 @@ SELECT pg_notify(%(events)s, q) FROM unnest(%(queues)s::text[]) AS q
 -- Where a stream that starts now begins: just before the oldest transaction that
 -- may still commit (xid8 has no arithmetic: through numeric).
 SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::numeric - 1)::text AS head
+
+-- name: counts_fold
+-- The leader folds the deltas the triggers appended into the rollup. One
+-- statement: a reader sees each delta in one table or the other, never both.
+WITH moved AS (
+    DELETE FROM conveyor_count_deltas RETURNING queue, task, state, n
+)
+INSERT INTO conveyor_counts (queue, task, state, n)
+SELECT queue, task, state, sum(n) FROM moved GROUP BY queue, task, state
+ON CONFLICT (queue, task, state) DO UPDATE SET n = conveyor_counts.n + excluded.n

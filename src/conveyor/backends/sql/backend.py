@@ -256,9 +256,17 @@ class SqlBackend(Backend):
         sql = self._with_filter("job_list", where)
         return [self._job(r) for r in self._rows("job_list", {**params, "limit": limit}, sql=sql)]
 
-    def job_count(self, *, filter: JobFilter) -> dict[str, int]:
+    def job_count(self, *, filter: JobFilter, cap: int | None = None) -> dict[str, int]:
         where, params = self._filter(filter)
-        rows = self._rows("job_count", params, sql=self._with_filter("job_count", where))
+        dims = {"queues", "tasks", "states"}
+        if all(getattr(filter, f) is None for f in _FILTER_FIELDS if f not in dims):
+            name = "counts_by_state"
+        elif cap is not None:
+            name = "job_count_capped"
+            params["cap"] = cap
+        else:
+            name = "job_count"
+        rows = self._rows(name, params, sql=self._with_filter(name, where))
         return {r["state"]: int(r["n"]) for r in rows}
 
     def job_attempts(self, *, job_id: int) -> list[Attempt]:
@@ -434,6 +442,13 @@ class SqlBackend(Backend):
     def queue_list(self) -> list[QueueInfo]:
         return [queue_from_row(r) for r in self._rows("queue_list", {})]
 
+    def queue_oldest_waiting(self, *, now: datetime | None = None) -> dict[str, datetime]:
+        rows = self._rows("queue_oldest_waiting", {"now": self._now(now)})
+        return {r["queue"]: at for r in rows if (at := self._ts(r["since"])) is not None}
+
+    def counts_fold(self) -> None:
+        self._count("counts_fold", {})
+
     def queue_counts(self) -> list[QueueCount]:
         return [
             QueueCount(r["queue"], r["state"], int(r["n"]), r["task"])
@@ -529,6 +544,13 @@ class SqlBackend(Backend):
                 now=now,
             )
         )
+
+    def batch_count_open(self) -> int:
+        return int(self._rows("batch_count_open", {})[0]["n"])
+
+    def batch_first_finished(self, *, batch_id: int) -> datetime | None:
+        rows = self._rows("batch_first_finished", {"id": batch_id})
+        return self._ts(rows[0]["at"]) if rows else None
 
     def batch_ready(self, *, limit: int = 100) -> list[int]:
         return [int(r["id"]) for r in self._rows("batch_ready", {"limit": limit})]

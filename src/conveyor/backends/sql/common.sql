@@ -161,9 +161,56 @@ SELECT name, max_running, keyed, rate_per_s, rate_burst FROM conveyor_queues
 WHERE name {IN(:queues)}
 
 -- name: queue_counts
--- Every job is counted: a full scan on a big table (status, not the hot path).
-SELECT queue, task, state, count(*) AS n FROM conveyor_jobs
-GROUP BY queue, task, state ORDER BY queue, task, state
+-- The rollup (kept by triggers, see migration 11) and the deltas not folded yet:
+-- exact, and never a scan of the jobs table.
+SELECT queue, task, state, sum(n) AS n FROM (
+    SELECT queue, task, state, n FROM conveyor_counts
+    UNION ALL
+    SELECT queue, task, state, n FROM conveyor_count_deltas
+) c
+GROUP BY queue, task, state
+HAVING sum(n) <> 0
+ORDER BY queue, task, state
+
+-- name: counts_by_state
+-- job_count for a filter on queue, task and state only: from the rollup.
+SELECT state, sum(n) AS n FROM (
+    SELECT queue, task, state, n FROM conveyor_counts
+    UNION ALL
+    SELECT queue, task, state, n FROM conveyor_count_deltas
+) c
+WHERE {FILTER}
+GROUP BY state
+HAVING sum(n) <> 0
+
+-- name: counts_prune
+DELETE FROM conveyor_counts WHERE n = 0
+
+-- name: queue_oldest_waiting
+-- One descent of the waiting index per queue that has jobs waiting.
+SELECT q.queue,
+       (SELECT min(j.scheduled_at) FROM conveyor_jobs j
+        WHERE j.queue = q.queue AND j.state IN ('available', 'scheduled')
+          AND j.scheduled_at <= {NOW}) AS since
+FROM (SELECT DISTINCT queue FROM conveyor_counts
+      WHERE state IN ('available', 'scheduled') AND n > 0
+      UNION
+      SELECT DISTINCT queue FROM conveyor_count_deltas
+      WHERE state IN ('available', 'scheduled')) q
+
+-- name: batch_count_open
+SELECT count(*) AS n FROM conveyor_batches WHERE state = 'running'
+
+-- name: batch_first_finished
+SELECT min(finished_at) AS at FROM conveyor_jobs
+WHERE batch_id = :id AND state IN ('succeeded', 'failed', 'cancelled')
+
+-- name: job_count_capped
+-- job_count for any other filter: a bounded read (the caller shows "cap+").
+SELECT state, count(*) AS n FROM (
+    SELECT state FROM conveyor_jobs WHERE {FILTER} LIMIT :cap
+) s
+GROUP BY state
 
 -- name: batch_find_by_key
 SELECT id FROM conveyor_batches WHERE idempotency_key = :idempotency_key

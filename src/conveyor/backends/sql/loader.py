@@ -157,6 +157,42 @@ def load_migrations(package: str) -> list[Migration]:
 
 
 def split_statements(sql: str) -> list[str]:
-    """Split a migration into statements (our migrations contain no ``;`` in literals)."""
-    cleaned = "\n".join(ln for ln in sql.splitlines() if not ln.lstrip().startswith("--"))
-    return [s.strip() for s in cleaned.split(";") if s.strip()]
+    """Split a migration into statements at top-level ``;``: not inside quotes, a
+    dollar-quoted body (``$$ ... $$``, PostgreSQL functions), or a trigger body
+    (``CREATE TRIGGER ... BEGIN ...; END;``, SQLite)."""
+    lines = [ln for ln in sql.splitlines() if not ln.lstrip().startswith("--")]
+    text = "\n".join(lines)
+    out: list[str] = []
+    start = i = 0
+    quote: str | None = None  # "'" or a dollar tag
+    while i < len(text):
+        c = text[i]
+        if quote is not None:
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = None
+                continue
+            i += 1
+            continue
+        if c == "'":
+            quote = "'"
+        elif c == "$":
+            m = re.match(r"\$\w*\$", text[i:])
+            if m:
+                quote = m.group(0)
+                i += len(quote)
+                continue
+        elif c == ";":
+            stmt = text[start:i].strip()
+            trigger = re.match(r"CREATE\s+TRIGGER\b", stmt, re.IGNORECASE) and re.search(
+                r"\bBEGIN\b", stmt, re.IGNORECASE
+            )
+            if not trigger or re.search(r"\bEND\s*$", stmt, re.IGNORECASE):
+                if stmt:
+                    out.append(stmt)
+                start = i + 1
+        i += 1
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return out

@@ -167,14 +167,15 @@ WHERE queue IN (SELECT value FROM json_each(:queues))
 LIMIT 1
 
 -- name: queue_list
--- (No FULL JOIN before SQLite 3.39 everywhere: a UNION of the two sides.)
+-- (No FULL JOIN before SQLite 3.39 everywhere: a UNION of the two sides.) Counts
+-- from the rollup the triggers keep.
 SELECT name, max(paused) AS paused, max(max_running) AS max_running,
        max(rate_per_s) AS rate_per_s, max(rate_burst) AS rate_burst,
-       coalesce((SELECT json_group_object(state, n) FROM
-                   (SELECT state, count(*) AS n FROM conveyor_jobs WHERE queue = name GROUP BY state)),
-                '{}') AS counts
+       coalesce((SELECT json_group_object(state, n) FROM (
+                     SELECT state, sum(n) AS n FROM conveyor_counts WHERE queue = name
+                     GROUP BY state HAVING sum(n) <> 0)), '{}') AS counts
 FROM (SELECT DISTINCT queue AS name, 0 AS paused, NULL AS max_running, NULL AS rate_per_s,
-             NULL AS rate_burst FROM conveyor_jobs
+             NULL AS rate_burst FROM conveyor_counts WHERE n <> 0
       UNION ALL SELECT name, paused, max_running, rate_per_s, rate_burst FROM conveyor_queues)
 GROUP BY name
 ORDER BY name
@@ -287,3 +288,7 @@ SET tokens = min(:burst, conveyor_rate_limits.tokens
 -- The largest change stamp so far (see the CHANGE macro).
 SELECT max(coalesce((SELECT max(changed) FROM conveyor_jobs), 0),
            coalesce((SELECT max(changed) FROM conveyor_batches), 0)) AS head
+
+-- name: counts_fold
+-- (Row triggers keep conveyor_counts current in the writing transaction.)
+DELETE FROM conveyor_count_deltas
