@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -58,7 +59,8 @@ def worker(url: str, *extra: str) -> subprocess.Popen:
     env = {
         **os.environ,
         "CONVEYOR_DATABASE_URL": url,
-        "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO / 'bench'}",
+        # the Conveyor this script imported (PYTHONPATH=<another checkout>/src compares)
+        "PYTHONPATH": f"{Path(conveyor.__file__).parents[1]}{os.pathsep}{REPO / 'bench'}",
     }
     cmd = [sys.executable, "-m", "conveyor.cli.main", "worker", "--app", "events_app:app"]
     cmd += ["--queues", QUEUE, "--log-level", "warning", *extra]
@@ -191,7 +193,7 @@ def scrape_1m(backend: str, total: int, scrapes: int = 20) -> list[float]:
     # 90 % of them finished (a table as a cluster has it after a while): a bench-only
     # shortcut through the database, counted by the same triggers as workers' writes
     finish = (
-        "UPDATE conveyor_jobs SET state = 'succeeded', attempts = 1, started_at = {now},"
+        "UPDATE conveyor_jobs SET state = 'succeeded', attempt = 1, started_at = {now},"
         " finished_at = {now} WHERE id % 10 <> 0"
     )
     if backend == "postgres":
@@ -230,6 +232,9 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--only", choices=["drain", "delay", "scrape"], action="append")
+    p.add_argument(
+        "--no-events", action="store_true", help="drain with events off only (older checkouts)"
+    )
     p.add_argument("--out")
     args = p.parse_args()
     SCRATCH.mkdir(parents=True, exist_ok=True)
@@ -248,11 +253,19 @@ def main() -> None:
             for i in range(args.runs):
                 say(f"{b}: drain {args.n:,} jobs, events off (run {i + 1})")
                 off.append(drain(b, args.n, events=False)[0])
+                if args.no_events:
+                    continue
                 say(f"{b}: drain {args.n:,} jobs, one SSE client following (run {i + 1})")
                 rate, seen = drain(b, args.n, events=True)
                 on.append(rate)
                 say(f"{b}:   the client read {seen:,} events")
             row(b, "drain_events_off", jobs_per_s=[round(x) for x in off], n=args.n)
+            if args.no_events:
+                lines.append(
+                    f"| {b} | drain, jobs/s, no events (mean of {args.runs}) | "
+                    f"{sum(off) / len(off):,.0f} |"
+                )
+                continue
             row(b, "drain_events_on", jobs_per_s=[round(x) for x in on], n=args.n)
             ratio = (sum(on) / len(on)) / (sum(off) / len(off))
             lines.append(

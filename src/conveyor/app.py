@@ -555,7 +555,7 @@ class Conveyor(ServingMixin):
         progress: bool = True,
         until_batch_closed: int | None = None,
         limit: int = 500,
-        debounce_s: float = 0.05,
+        debounce_s: float = 0.025,
         **fields: Any,
     ) -> AsyncIterator[dict[str, Any]]:
         """Events (``serialize.change`` shapes) as they happen, from the event id
@@ -569,47 +569,87 @@ class Conveyor(ServingMixin):
 
         Each job and batch is given as its latest change left it: a stream that
         falls behind (or resumes later) skips the states a job has since left."""
+        async for page in self.stream_event_pages(
+            after,
+            filter,
+            batches=batches,
+            progress=progress,
+            until_batch_closed=until_batch_closed,
+            limit=limit,
+            debounce_s=debounce_s,
+            **fields,
+        ):
+            for event in page:
+                yield event
+
+    async def stream_event_pages(
+        self,
+        after: str | None = None,
+        filter: JobFilter | None = None,
+        *,
+        batches: bool = True,
+        progress: bool = True,
+        until_batch_closed: int | None = None,
+        limit: int = 500,
+        debounce_s: float = 0.025,
+        **fields: Any,
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """``stream_events`` a page at a time (what one read of the database found:
+        a server sends it as one write), and an empty page at least once a second
+        while nothing happens (a server's cue for a keep-alive)."""
         f = make_filter(filter, **fields)
         cursor = await asyncio.to_thread(self._cursor, after)
         if until_batch_closed is not None and after is None:
             # a new follower of one batch starts from where it stands (read after the
             # head: the events that follow are never older than this snapshot)
             batch = await asyncio.to_thread(self.get_batch, until_batch_closed)
-            if progress:
-                yield serialize.progress_event(str(cursor), batch.id, batch.progress())
+            first = [serialize.progress_event(str(cursor), batch.id, batch.progress())]
             if batch.finished:
                 data = serialize.batch(batch.record)
-                yield {"id": str(cursor), "event": "batch.closed", "data": data}
+                first.append({"id": str(cursor), "event": "batch.closed", "data": data})
+            yield first if progress else first[1:]
+            if batch.finished:
                 return
         while True:
             generation = self._waiter.generation
+            last_read = time.monotonic()
             found, cursor = await asyncio.to_thread(
                 self.changes, cursor, f, batches=batches, limit=limit
             )
-            # batches whose jobs changed in this page. A progress event carries the id
-            # of the event just before it: a client resuming from it misses nothing
-            # and receives nothing twice
-            touched: set[int] = set()
-            closed = False
-            at = ""
-            for c in found:
-                if c.batch is not None and c.batch.id in touched and progress:
-                    touched.discard(c.batch.id)  # its progress before its closing
-                    yield await self._progress_event(c.batch.id, at)
-                yield serialize.change(c)
-                at = str(c.cursor)
-                if c.job is not None and c.job.batch_id is not None:
-                    touched.add(c.job.batch_id)
-                if c.batch is not None and c.batch.id == until_batch_closed:
-                    closed = c.batch.state != BatchState.RUNNING
-            if progress:
-                for batch_id in sorted(touched):
-                    yield await self._progress_event(batch_id, at)
+            page, closed = await self._event_page(found, progress, until_batch_closed)
+            yield page
             if closed:
                 return
             if len(found) < limit:
                 await self._waiter.await_change(generation, 1.0)
-                await asyncio.sleep(debounce_s)  # let a burst of changes gather
+                # at most one read per debounce_s: a burst gathers, a lone change is
+                # read at once
+                await asyncio.sleep(max(0.0, last_read + debounce_s - time.monotonic()))
+
+    async def _event_page(
+        self, found: list[Change], progress: bool, until_batch_closed: int | None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The events of one read, with the progress of each batch whose jobs changed
+        in it. A progress event carries the id of the event just before it: a client
+        resuming from it misses nothing and receives nothing twice."""
+        page: list[dict[str, Any]] = []
+        touched: set[int] = set()
+        closed = False
+        at = ""
+        for c in found:
+            if c.batch is not None and c.batch.id in touched and progress:
+                touched.discard(c.batch.id)  # its progress before its closing
+                page.append(await self._progress_event(c.batch.id, at))
+            page.append(serialize.change(c))
+            at = str(c.cursor)
+            if c.job is not None and c.job.batch_id is not None:
+                touched.add(c.job.batch_id)
+            if c.batch is not None and c.batch.id == until_batch_closed:
+                closed = c.batch.state != BatchState.RUNNING
+        if progress:
+            for batch_id in sorted(touched):
+                page.append(await self._progress_event(batch_id, at))
+        return page, closed
 
     async def _progress_event(self, batch_id: int, at: str) -> dict[str, Any]:
         counts = await asyncio.to_thread(lambda: self.get_batch(batch_id).progress())

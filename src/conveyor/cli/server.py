@@ -111,4 +111,12 @@ def server(
         max_wait_s=max_wait_s,
     )
     log.info("serving %s on http://%s:%d (docs at /docs)", app.url.split("?")[0], host, port)
-    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=access_log)
+    # open event streams never end by themselves: a stop waits 5 s for them, then closes them
+    uvicorn.run(
+        api,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=access_log,
+        timeout_graceful_shutdown=5,
+    )

@@ -187,11 +187,16 @@ HAVING sum(n) <> 0
 DELETE FROM conveyor_counts WHERE n = 0
 
 -- name: queue_oldest_waiting
--- One descent of the waiting index per queue that has jobs waiting.
+-- Per queue that has jobs waiting: one descent of the waiting index, and the due
+-- scheduled jobs the leader has not promoted yet (a few seconds' worth at most).
 SELECT q.queue,
-       (SELECT min(j.scheduled_at) FROM conveyor_jobs j
-        WHERE j.queue = q.queue AND j.state IN ('available', 'scheduled')
-          AND j.scheduled_at <= {NOW}) AS since
+       (SELECT min(s) FROM (
+            SELECT min(j.scheduled_at) AS s FROM conveyor_jobs j
+            WHERE j.queue = q.queue AND j.state = 'available'
+            UNION ALL
+            SELECT min(j.scheduled_at) FROM conveyor_jobs j
+            WHERE j.queue = q.queue AND j.state = 'scheduled' AND j.scheduled_at <= {NOW}
+        ) w) AS since
 FROM (SELECT DISTINCT queue FROM conveyor_counts
       WHERE state IN ('available', 'scheduled') AND n > 0
       UNION

@@ -12,17 +12,21 @@ server holds at most one page per client.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi.responses import StreamingResponse
 
 from ...records import ChangeCursor
 from ..auth import READ, requires
 from ..context import ServerContext
 from ..models import JobId, Name
 
+#: the longest an idle stream stays silent (a comment line keeps proxies from closing it)
+KEEPALIVE_S = 15.0
 AFTER = (
     "resume after this event id (what the last event's `id` was); without it, or a "
     "`Last-Event-ID` header, the stream starts now"
@@ -44,37 +48,61 @@ def resume_from(
 Resume = Annotated[str | None, Depends(resume_from)]
 
 
+def encode(event: dict[str, Any]) -> str:
+    """One event in the text/event-stream format (its data is already plain JSON
+    values, from ``serialize``; JSON text holds no newline)."""
+    data = json.dumps(event["data"], separators=(",", ":"), ensure_ascii=False)
+    return f"id: {event['id']}\nevent: {event['event']}\ndata: {data}\n\n"
+
+
+STREAM_DOC: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "A stream of events (`text/event-stream`): `id`, `event` and a JSON `data`",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
 def router(ctx: ServerContext) -> APIRouter:
     app = ctx.conveyor
     r = APIRouter(tags=["events"])
 
-    async def stream(
-        request: Request, after: str | None, **options: Any
-    ) -> AsyncIterator[ServerSentEvent]:
-        async for event in app.stream_events(after, **options):
-            if await request.is_disconnected():
-                return
-            yield ServerSentEvent(id=event["id"], event=event["event"], data=event["data"])
+    def stream(after: str | None, **options: Any) -> StreamingResponse:
+        """Each read of the database goes out as one write (a burst of 500 events is
+        one chunk, not 500); the socket's flow control holds the next read until the
+        client has taken this one. A comment every 15 s keeps idle proxies open."""
+
+        async def body() -> AsyncIterator[str]:
+            quiet_since = time.monotonic()
+            async for page in app.stream_event_pages(after, **options):
+                if page:
+                    yield "".join(encode(e) for e in page)
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= KEEPALIVE_S:
+                    yield ": keep-alive\n\n"
+                    quiet_since = time.monotonic()
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers=HEADERS)
 
     @r.get(
         "/events",
-        response_class=EventSourceResponse,
+        response_class=StreamingResponse,
+        responses=STREAM_DOC,
         dependencies=[requires(ctx, READ)],
         summary="Job and batch changes as Server-Sent Events",
         description="Events: job.created, job.started, job.succeeded, job.failed, "
         "job.retried, job.cancelled, batch.opened, batch.progress, batch.closed. Each "
         "job and batch is sent as its latest change left it.",
     )
-    async def events(
-        request: Request,
+    def events(
         resume: Resume,
         queue: Annotated[list[Name] | None, Query(description="only these queues")] = None,
         task: Annotated[list[Name] | None, Query(description="only these tasks")] = None,
         batch: Annotated[JobId | None, Query(description="only this batch's jobs")] = None,
         job: Annotated[list[JobId] | None, Query(description="only these jobs")] = None,
-    ) -> AsyncIterator[ServerSentEvent]:
-        async for e in stream(request, resume, queues=queue, tasks=task, batch_id=batch, ids=job):
-            yield e
+    ) -> StreamingResponse:
+        return stream(resume, queues=queue, tasks=task, batch_id=batch, ids=job)
 
     async def existing_batch(
         batch_id: Annotated[JobId, Path(description="the batch's id")],
@@ -83,19 +111,18 @@ def router(ctx: ServerContext) -> APIRouter:
 
     @r.get(
         "/batches/{batch_id}/events",
-        response_class=EventSourceResponse,
+        response_class=StreamingResponse,
+        responses=STREAM_DOC,
         dependencies=[requires(ctx, READ), Depends(existing_batch)],
         summary="One batch's jobs, progress and first results, until it closes",
         description="Starts with the batch's progress so far (unless resumed), then its "
         "jobs' events (finished jobs carry their results) and a batch.progress after "
         "each group of them, and ends with batch.closed.",
     )
-    async def batch_events(
-        request: Request,
+    def batch_events(
         batch_id: Annotated[JobId, Path(description="the batch's id")],
         resume: Resume,
-    ) -> AsyncIterator[ServerSentEvent]:
-        async for e in stream(request, resume, batch_id=batch_id, until_batch_closed=batch_id):
-            yield e
+    ) -> StreamingResponse:
+        return stream(resume, batch_id=batch_id, until_batch_closed=batch_id)
 
     return r

@@ -35,4 +35,11 @@ BEGIN
     WHERE queue = OLD.queue AND task = OLD.task AND state = OLD.state;
 END;
 CREATE INDEX conveyor_jobs_waiting_idx ON conveyor_jobs (queue, scheduled_at)
-    WHERE state IN ('available', 'scheduled');
+    WHERE state = 'available';
+-- Scheduled jobs by due time: promotion reads the due ones in order, and the
+-- oldest-waiting probe finds a queue's due-but-not-yet-promoted ones. Partial on
+-- one state each, so neither can stand in for the fetch index in a claim (whose
+-- WHERE spans both states: a planner that took the waiting index there sorted
+-- every waiting job per claim).
+CREATE INDEX conveyor_jobs_due_idx ON conveyor_jobs (scheduled_at)
+    WHERE state = 'scheduled';
