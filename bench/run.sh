@@ -21,7 +21,11 @@
 #      `conveyor server`, one POST per job and in bulk; 20,000 no-op jobs drained
 #      by one remote HTTP worker in batches of 100 beside one in-process worker)
 #      on PostgreSQL and SQLite, appended to
-#      /tmp/peerbench/results/conveyor-api-<timestamp>.jsonl; its table is printed.
+#      /tmp/peerbench/results/conveyor-api-<timestamp>.jsonl; its table is printed;
+#   8. live events and metrics (bench/bench_events.py: drain by a `conveyor worker`
+#      with and without an SSE client following, completion-to-client delay p50/p99,
+#      a /metrics scrape on 1,000,000 jobs) on PostgreSQL and SQLite, appended to
+#      /tmp/peerbench/results/conveyor-events-<timestamp>.jsonl; its table is printed.
 #
 # Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
 # (the shared folder), BENCH_N (jobs per run, default 20000).
@@ -145,3 +149,11 @@ say "$PY bench/bench_api.py"
 echo "$PY bench/bench_api.py --out $AOUT" >> "$CMDS"
 "$PY" bench/bench_api.py --n "$N" --out "$AOUT" | grep '^|' >&2
 say "API runs took $(( $(date +%s) - T3 ))s; results in $AOUT"
+
+# -- 8. live events and metrics (own script, own results file) --------------------------------
+EOUT=$SCRATCH/results/conveyor-events-$STAMP.jsonl
+T4=$(date +%s)
+say "$PY bench/bench_events.py"
+echo "$PY bench/bench_events.py --out $EOUT" >> "$CMDS"
+"$PY" bench/bench_events.py --n "$N" --out "$EOUT" | grep '^|' >&2
+say "event runs took $(( $(date +%s) - T4 ))s; results in $EOUT"

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+# the dev extra installs the SDK: a missing one fails here, never skips
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
 from conveyor import Conveyor
+from conveyor.observability.tracing import Tracing
 
 from .helpers import Running, finished, wait_for
-
-otel = pytest.importorskip("opentelemetry.sdk.trace")
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from opentelemetry.trace import SpanKind  # noqa: E402
-
-from conveyor.observability.tracing import Tracing  # noqa: E402
 
 
 @pytest.fixture

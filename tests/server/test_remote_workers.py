@@ -186,3 +186,25 @@ def test_lease_protocol_details(api, producer):
         json={"worker": "lp", "outcomes": [{"job_id": 1, "token": "t", "kind": "explode"}]},
     )
     assert bad_kind.status_code == 422
+
+
+def test_a_leased_job_carries_the_trace_context_it_was_sent_in(api, db_url):
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from conveyor import Conveyor
+    from conveyor.observability.tracing import Tracing
+
+    provider = TracerProvider()
+    app = Conveyor(db_url, middleware=[Tracing(provider)])
+    try:
+        with provider.get_tracer("web").start_as_current_span("POST /signup") as request:
+            job = app.enqueue("remote_traced", ["x"])
+        untraced = app.enqueue("remote_traced", ["y"])  # sent outside any span
+    finally:
+        app.close()
+    r = api.post("/v1/leases", json={"worker": "tw", "tasks": ["remote_traced"], "limit": 2})
+    leased = {j["id"]: j for j in r.json()["jobs"]}
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    version, tid, _parent, _flags = leased[job.id]["traceparent"].split("-")
+    assert (version, tid) == ("00", trace_id)  # the remote worker's span continues it
+    assert leased[untraced.id]["traceparent"] is None
