@@ -1035,8 +1035,11 @@ def _local_job(
     kwargs: dict[str, Any],
     now: datetime,
 ) -> Job:
-    """The handle of a job this process just created, built without a read-back."""
-    return Job(
+    """The handle of a job this process just created, built without a read-back
+    (``Job.fresh``: send_many makes thousands, and a dataclass constructor of this
+    many fields costs more than the rest of the insert's Python work)."""
+    return Job.fresh(
+        app,
         id=job_id,
         queue=ins.queue,
         task=ins.task,
@@ -1055,7 +1058,6 @@ def _local_job(
         batch_id=ins.batch_id,
         tenant=ins.tenant,
         stage=ins.stage,
-        _app=app,
     )
 
 

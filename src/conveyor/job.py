@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from .records import Attempt, JobRecord, JobState
@@ -32,6 +32,20 @@ class Job(JobRecord):
     def of(cls, record: JobRecord, app: Conveyor | None, created: bool = True) -> Job:
         values = {name: getattr(record, name) for name in _RECORD_FIELDS}
         return cls(**values, created=created, _app=app)
+
+    @classmethod
+    def fresh(cls, app: Conveyor | None, **values: Any) -> Job:
+        """A new job's handle from the fields that differ from the defaults: the
+        defaults are copied, not recomputed, and ``__init__`` is skipped (frozen
+        dataclasses set every field through ``object.__setattr__``). Same result as
+        ``Job(**values, _app=app)``."""
+        job = object.__new__(cls)
+        state = dict(_DEFAULTS)
+        state["headers"] = {}
+        state.update(values)
+        state["_app"] = app
+        job.__dict__.update(state)
+        return job
 
     def _require_app(self) -> Conveyor:
         if self._app is None:
@@ -77,3 +91,9 @@ class Job(JobRecord):
     def attempt_log(self) -> list[Attempt]:
         """Every recorded attempt, oldest first."""
         return self._require_app().job_attempts(self.id)
+
+
+#: every field's default (``headers``' factory is called per job in ``fresh``)
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in fields(Job) if f.default is not MISSING or f.name == "headers"
+}

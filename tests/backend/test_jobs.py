@@ -143,6 +143,25 @@ def test_attempts_are_listed_oldest_first(backend):
     backend.job_finalize_many(worker_id="w2", outcomes=[done(again)])
     got = [(a.attempt, a.outcome, a.worker_id) for a in backend.job_attempts(job_id=job.id)]
     assert got == [(1, "retry", "w1"), (2, "succeeded", "w2")]
+    success = backend.job_attempts(job_id=job.id)[-1]
+    assert success.started_at is not None and success.finished_at is not None
+    # a success re-sent after a broken connection is recognised as already written
+    assert backend.job_outcome_written(outcome=done(again), worker_id="w2")
+    assert not backend.job_outcome_written(outcome=done(again), worker_id="w1")
+
+
+def test_a_success_is_logged_by_the_job_row_alone(backend):
+    """From schema v12 a succeeded attempt writes no attempt row: the job row keeps
+    its worker, and the log reads from both, once."""
+    backend.job_insert_many(jobs=[ins()])
+    [job] = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job)])
+    with raw_connection(backend) as conn:
+        rows = conn.execute("SELECT count(*) FROM conveyor_attempts").fetchone()[0]
+    assert rows == 0
+    [only] = backend.job_attempts(job_id=job.id)
+    assert (only.attempt, only.outcome, only.worker_id) == (1, "succeeded", "w1")
+    assert backend.job_get(job_id=job.id).lease_owner == "w1"
 
 
 # -- operator actions ----------------------------------------------------------------------

@@ -267,6 +267,21 @@ def test_aging_raises_waiting_jobs_priority_up_to_the_cap(backend):
     assert order == [11, 7, 7]
 
 
+def test_a_windowed_aging_pass_reads_only_the_jobs_that_crossed_a_boost(backend):
+    [job] = backend.job_insert_many(jobs=[ins(priority=0)])
+
+    def age(at, window):
+        return backend.job_age_priorities(aging_s=10, max_boost=5, window_s=window, now=later(at))
+
+    assert age(15, 10) == 1  # crossed 10 s within (5, 15]
+    assert age(25, 6) == 1  # crossed 20 s within (19, 25]
+    assert backend.job_get(job_id=job.id).priority == 2
+    assert age(29, 2) == 0  # nothing crossed within (27, 29]
+    assert age(200, 5) == 0  # 200 s is past the last boost's window: a full pass catches up
+    assert age(200, None) == 1
+    assert backend.job_get(job_id=job.id).priority == 5
+
+
 def test_prune_removes_old_finished_jobs_with_their_attempts(backend):
     backend.job_insert_many(jobs=[ins() for _ in range(3)])
     a, b, c = fetch(backend)

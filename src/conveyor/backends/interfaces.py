@@ -205,10 +205,19 @@ class LeaseStore(abc.ABC):
 
     @abc.abstractmethod
     def job_age_priorities(
-        self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None
+        self,
+        *,
+        aging_s: float,
+        max_boost: int,
+        limit: int = 1000,
+        window_s: float | None = None,
+        now: datetime | None = None,
     ) -> int:
         """Raise waiting jobs' priority by one per ``aging_s`` waited (at most
-        ``max_boost``); returns how many changed."""
+        ``max_boost``); returns how many changed (at most ``limit``: call again
+        while it returns ``limit``). ``window_s``: only jobs whose age crossed a
+        multiple of ``aging_s`` in the last ``window_s`` seconds (a pass after the
+        previous one, index ranges only); ``None``: every waiting job."""
 
     @abc.abstractmethod
     def job_prune(

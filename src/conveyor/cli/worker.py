@@ -29,9 +29,10 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     "--concurrency",
     "-c",
     type=click.IntRange(min=1),
-    default=10,
+    default=100,
     show_default=True,
-    help="Jobs run at the same time by this process.",
+    help="Jobs run at the same time by this process (coroutines for async handlers, "
+    "threads started as needed for sync ones). Lower it for long or heavy jobs.",
 )
 @click.option(
     "--processes",
@@ -56,7 +57,26 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="Most jobs claimed in one statement. [default: --concurrency]",
+    help="Most jobs claimed in one statement: larger is faster for short jobs; 1 "
+    "spreads long jobs evenly across workers. [default: --concurrency]",
+)
+@click.option(
+    "--completion-batch",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    metavar="N",
+    help="Most job outcomes written in one statement.",
+)
+@click.option(
+    "--completion-interval",
+    "completion_wait_ms",
+    type=click.FloatRange(min=0, max=10_000),
+    default=0.0,
+    show_default=True,
+    metavar="MS",
+    help="Wait this long for more outcomes before each write (0: write as soon as the "
+    "previous write is done, which already groups outcomes under load).",
 )
 @click.option(
     "--dead-after",
@@ -136,6 +156,8 @@ def worker(
     processes: int | None,
     max_memory_mb: float | None,
     fetch_batch: int | None,
+    completion_batch: int,
+    completion_wait_ms: float,
     worker_ttl_s: float,
     lease_s: float | None,
     resolver: str,
@@ -176,6 +198,8 @@ def worker(
         processes=processes,
         max_memory_mb=max_memory_mb,
         fetch_batch=fetch_batch,
+        completion_batch=completion_batch,
+        completion_wait_s=completion_wait_ms / 1000,
         worker_ttl_s=lease_s or worker_ttl_s,
         resolver=resolver,
         app_spec=state.app_spec,

@@ -1,7 +1,9 @@
 """Writes attempt outcomes in batches.
 
 Outcomes queue up while a write is in flight, so under load one statement
-carries many of them (group commit) and at low load each goes out at once.
+carries many of them (group commit) and at low load each goes out at once
+(``gather_s`` > 0 waits that long for more before each write: fewer, larger
+writes for a little latency).
 
 A batch that fails because the database is away is kept and sent again, with
 backoff; outcomes then refused are checked against the attempt log, since the
@@ -34,8 +36,10 @@ class Completer:
         on_written: Callable[[Finalize, bool], None],
         already_written: Written,
         max_batch: int = 500,
+        gather_s: float = 0.0,
     ) -> None:
         self._flush = flush
+        self._gather_s = gather_s
         self._on_written = on_written
         self._already_written = already_written
         self._max_batch = max_batch
@@ -85,6 +89,8 @@ class Completer:
         resent: set[tuple[int, str]] = set()
         while True:
             await self._ready.wait()
+            if self._gather_s and len(self._pending) < self._max_batch:
+                await asyncio.sleep(self._gather_s)  # let more outcomes join this write
             self._ready.clear()
             while self._pending:
                 batch = self._take()

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
-import threading
 from contextvars import ContextVar
 
 from ..records import JobRecord
 
 _current: ContextVar[JobRecord | None] = ContextVar("conveyor_current_job", default=None)
-_cancel: ContextVar[threading.Event | None] = ContextVar("conveyor_cancel", default=None)
+
+
+class CancelFlag:
+    """Set once someone asks to cancel a running job; read from any thread. One per
+    running job, so a plain attribute rather than a ``threading.Event`` (whose lock
+    and condition cost more than the rest of a no-op job's bookkeeping): nothing
+    waits on it, handlers and the executor only look."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+_cancel: ContextVar[CancelFlag | None] = ContextVar("conveyor_cancel", default=None)
 
 
 def current_job() -> JobRecord:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -26,7 +25,7 @@ from ..hooks import Fail, Middleware, Retry
 from ..records import Finalize, JobRecord, JobState, Outcome
 from ..retry import Backoff
 from ..task import Task
-from .context import _cancel, _current
+from .context import CancelFlag, _cancel, _current
 from .pool import DaemonPool
 
 #: stored errors and tracebacks are cut to these many characters
@@ -82,9 +81,7 @@ class InProcess:
         self.pool = DaemonPool(size)
         self._on_late = on_late
 
-    async def invoke(
-        self, task: Task, job: JobRecord, cancel: threading.Event | None, run: Run
-    ) -> Any:
+    async def invoke(self, task: Task, job: JobRecord, cancel: CancelFlag | None, run: Run) -> Any:
         """The handler's result; raises what it raised (``JobTimeout`` at its timeout)."""
         token = _current.set(job)
         cancel_token = _cancel.set(cancel)

@@ -59,13 +59,26 @@ class Maintenance(ThreadService):
         # Aging needs only a pass per aging period (at most every 5 s); the rest
         # can wait a few seconds too (every pass when a test passes time in).
         if self.aging_s and (now is not None or clock - self._last_aged >= min(5.0, self.aging_s)):
-            self._last_aged = clock
-            self.backend.job_age_priorities(aging_s=self.aging_s, max_boost=self.max_boost, now=now)
+            self.age(now, clock)
         if now is None and clock - self._last_slow < 5.0:
             return
         self._last_slow = clock
         self.backend.worker_prune_stale(older_than_s=self.stale_worker_s, now=now)
         self.prune_due(now)
+
+    def age(self, now: datetime | None, clock: float) -> None:
+        """One aging pass: the jobs whose age crossed a boost since the last pass
+        (a margin covers the statement's own time), or all of them on this
+        leader's first pass; a bounded statement at a time."""
+        assert self.aging_s is not None
+        window = None if self._last_aged == 0.0 else clock - self._last_aged + 1.0
+        self._last_aged = clock
+        for _ in range(100):  # at most 100,000 changes a pass; the next pass goes on
+            n = self.backend.job_age_priorities(
+                aging_s=self.aging_s, max_boost=self.max_boost, window_s=window, now=now
+            )
+            if n < 1000 or self.stopping:
+                break
 
     def rescue(self, now: datetime | None = None) -> RescueResult:
         rescued = self.backend.job_rescue(worker_ttl_s=self.worker_ttl_s, now=now)

@@ -32,6 +32,7 @@ from typing import Any
 from ..errors import ConveyorError, JobTimeout
 from ..records import JobRecord
 from ..task import Task
+from .context import CancelFlag
 from .executor import Run, _resolve, describe, format_traceback
 
 log = logging.getLogger("conveyor.worker")
@@ -136,9 +137,7 @@ class ProcessPool:
         self._all.discard(child)
         threading.Thread(target=child.close, daemon=True).start()
 
-    async def invoke(
-        self, task: Task, job: JobRecord, cancel: threading.Event | None, run: Run
-    ) -> Any:
+    async def invoke(self, task: Task, job: JobRecord, cancel: CancelFlag | None, run: Run) -> Any:
         child = await self._acquire()
         healthy = False
         loop = asyncio.get_running_loop()

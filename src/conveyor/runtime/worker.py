@@ -38,6 +38,7 @@ from ..records import (
 )
 from ..task import Task
 from .completer import Completer
+from .context import CancelFlag
 from .executor import InProcess, Run, cancelled, classify
 from .flow_service import FlowService
 from .heartbeat import HeartbeatService
@@ -79,7 +80,10 @@ class WorkerConfig:
     """Validated at construction; every field has a safe default."""
 
     queues: tuple[str, ...] = ("default",)
-    concurrency: int = 10
+    #: jobs run at once: coroutines for async handlers, threads (started as needed)
+    #: for sync ones. 100 keeps a worker busy with short jobs; long or heavy jobs
+    #: want fewer (or --processes)
+    concurrency: int = 100
     #: a worker silent this long is dead: its jobs run again elsewhere
     worker_ttl_s: float = 7.0
     #: how often the worker heartbeats (default: 2 s, at most a third of the ttl)
@@ -88,6 +92,10 @@ class WorkerConfig:
     poll_s: float = 1.0
     #: most jobs claimed in one statement (default: concurrency)
     fetch_batch: int | None = None
+    #: most outcomes written in one statement, and how long to wait for more
+    #: before a write (0: write as soon as the previous write is done)
+    completion_batch: int = 500
+    completion_wait_s: float = 0.0
     #: on SIGTERM/SIGINT, how long running jobs may take to finish before release
     grace_s: float = 30.0
     #: exit once nothing it could run is waiting and nothing is running
@@ -128,6 +136,11 @@ class WorkerConfig:
             )
         if self.fetch_batch is not None and self.fetch_batch < 1:
             raise ConfigError(f"fetch_batch must be >= 1, got {self.fetch_batch}")
+        if self.completion_batch < 1 or not 0 <= self.completion_wait_s <= 10:
+            raise ConfigError(
+                "completion_batch must be >= 1 and completion_wait_s between 0 and 10 s, got "
+                f"{self.completion_batch} and {self.completion_wait_s}"
+            )
         if self.processes is not None and self.processes < 1:
             raise ConfigError(f"processes must be >= 1, got {self.processes}")
         if self.max_memory_mb is not None and self.processes is None:
@@ -154,7 +167,7 @@ class Running:
     released: bool = False
     #: set when an operator cancels the job or its lease is lost; handlers read it
     #: through cancel_requested()
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: CancelFlag = field(default_factory=CancelFlag)
     handler: Task | None = None
     cancelling: bool = False
 
@@ -166,7 +179,7 @@ class WorkerStats:
 
 class Executor(Protocol):
     async def invoke(
-        self, task: Task, job: JobRecord, cancel: threading.Event | None, run: Run
+        self, task: Task, job: JobRecord, cancel: CancelFlag | None, run: Run
     ) -> Any: ...
 
     def shutdown(self) -> None: ...
@@ -253,7 +266,13 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._slot_need = 1
         self._hard_event = asyncio.Event()
-        self.completer = Completer(self._write_outcomes, self._outcome_written, self._was_written)
+        self.completer = Completer(
+            self._write_outcomes,
+            self._outcome_written,
+            self._was_written,
+            max_batch=cfg.completion_batch,
+            gather_s=cfg.completion_wait_s,
+        )
         self.completer.start()
         self._info = WorkerInfo(
             id=self.id,

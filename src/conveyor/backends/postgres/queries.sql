@@ -133,7 +133,8 @@ RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.at
 
 -- name: job_finalize_many
 -- Fencing: a row is only touched while it is still running under the token the
--- outcome carries; the attempt is recorded for exactly the rows that were.
+-- outcome carries; the attempt is recorded for exactly the rows that were (a
+-- success by the job row itself, which keeps its worker in lease_owner).
 -- Columns the same for the whole batch of outcomes travel as scalars (see
 -- job_insert_many). Outcome "stage" moves the job to its next stage with a
 -- fresh attempt count. Jobs that became available wake workers of their queue;
@@ -189,7 +190,10 @@ WITH i AS (
         priority = coalesce(i.priority, j.priority),
         max_attempts = coalesce(i.max_attempts, j.max_attempts),
         cancel_requested = false,
-        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        -- a success records its worker: its attempt is read from the job row (v12)
+        lease_owner = CASE WHEN i.state = 'succeeded' AND NOT j.cancel_requested
+                           THEN %(worker_id)s END,
+        lease_token = NULL, lease_expires_at = NULL,
         changed = {CHANGE}
     FROM i, t
     -- A lease token is non-null only while the job runs (claims set it, every way
@@ -223,10 +227,14 @@ WITH i AS (
                 ELSE i.error END,
            i.traceback
     FROM done JOIN i ON i.id = done.id, t
+    -- a success writes no attempt row: the job row says it all (schema v12)
+    WHERE done.state <> 'succeeded'
     RETURNING job_id
 )
-SELECT job_id, (SELECT count(*) FROM woken) + (SELECT count(*) FROM hinted) AS notified
-FROM logged
+SELECT id AS job_id,
+       (SELECT count(*) FROM woken) + (SELECT count(*) FROM hinted)
+       + (SELECT count(*) FROM logged) AS notified
+FROM done
 
 -- name: job_release_many
 -- Graceful shutdown: give the job back and un-count the attempt it was on; the
@@ -371,26 +379,50 @@ ORDER BY 1
 
 -- name: job_age_priorities
 -- Priority aging: a waiting job's priority is its base priority plus one per
--- aging_s seconds waited (capped at max_boost). The oldest first, a bounded
--- number per pass; SKIP LOCKED keeps it off rows being claimed.
+-- aging_s seconds waited (capped at max_boost). A job's priority changes only as
+-- its age crosses a multiple of aging_s, so a pass reads only the jobs whose age
+-- crossed one in the last window_s seconds: max_boost narrow ranges per queue, each
+-- an index range of the waiting index. With no window (a new leader's first pass)
+-- it reads every waiting job old enough, a bounded number per statement; jobs
+-- already at their target are never picked, so repeated statements progress.
 WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), q AS (
+    SELECT queue FROM conveyor_counts WHERE state = 'available' AND n > 0
+    UNION
+    SELECT queue FROM conveyor_count_deltas WHERE state = 'available'
+), w AS (
+    SELECT t.now - make_interval(secs => k * %(aging_s)s) AS hi,
+           t.now - make_interval(secs => k * %(aging_s)s + %(window_s)s) AS lo
+    FROM t, generate_series(1, %(max_boost)s) AS k
+    WHERE %(window_s)s::float8 IS NOT NULL
+    UNION ALL
+    SELECT t.now - make_interval(secs => %(aging_s)s), '-infinity'::timestamptz
+    FROM t WHERE %(window_s)s::float8 IS NULL
 ), due AS (
-    SELECT j.id,
-           coalesce(j.base_priority, j.priority) AS base,
-           coalesce(j.base_priority, j.priority)
-             + least(%(max_boost)s, floor(extract(epoch FROM t.now - j.scheduled_at) / %(aging_s)s)::int)
-             AS target
-    FROM conveyor_jobs j, t
-    WHERE j.state IN ('available', 'scheduled')
-      AND j.scheduled_at <= t.now - make_interval(secs => %(aging_s)s)
-    ORDER BY j.scheduled_at
+    SELECT c.id, c.base, c.target
+    FROM q, w, t,
+         LATERAL (
+             SELECT j.id, coalesce(j.base_priority, j.priority) AS base,
+                    coalesce(j.base_priority, j.priority)
+                      + least(%(max_boost)s,
+                              floor(extract(epoch FROM t.now - j.scheduled_at) / %(aging_s)s)::int)
+                      AS target
+             FROM conveyor_jobs j
+             WHERE j.queue = q.queue AND j.state = 'available'
+               AND j.scheduled_at <= w.hi AND j.scheduled_at > w.lo
+               AND j.priority < coalesce(j.base_priority, j.priority)
+                      + least(%(max_boost)s,
+                              floor(extract(epoch FROM t.now - j.scheduled_at) / %(aging_s)s)::int)
+             ORDER BY j.scheduled_at, j.id
+             LIMIT %(limit)s
+             FOR UPDATE OF j SKIP LOCKED
+         ) c
     LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE conveyor_jobs j SET base_priority = due.base, priority = due.target
 FROM due
-WHERE j.id = due.id AND j.priority < due.target
+WHERE j.id = due.id
 RETURNING j.id
 
 -- name: queue_mark_keyed

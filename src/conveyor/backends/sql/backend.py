@@ -334,12 +334,20 @@ class SqlBackend(Backend):
         return len(rows)
 
     def job_age_priorities(
-        self, *, aging_s: float, max_boost: int, limit: int = 1000, now: datetime | None = None
+        self,
+        *,
+        aging_s: float,
+        max_boost: int,
+        limit: int = 1000,
+        window_s: float | None = None,
+        now: datetime | None = None,
     ) -> int:
         params = {
             "aging_s": float(aging_s),
             "max_boost": max_boost,
             "limit": limit,
+            "window_s": None if window_s is None else float(window_s),
+            "ks": json.dumps(list(range(1, max_boost + 1))),
             "now": self._now(now),
         }
         return self._count("job_age_priorities", params)

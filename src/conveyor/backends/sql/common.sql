@@ -61,13 +61,32 @@ NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = conveyor_jobs.queue A
 id < :f_before_id
 
 -- name: job_attempts
-SELECT * FROM conveyor_attempts WHERE job_id = :id ORDER BY id
+-- The attempt log, and a job's succeeded attempt, which (from schema v12) is not
+-- logged: the job row keeps its attempt number, stage, times and worker.
+SELECT job_id, attempt, stage, worker_id, started_at, finished_at, outcome, error, traceback
+FROM (
+    SELECT a.job_id, a.attempt, a.stage, a.worker_id, a.started_at, a.finished_at, a.outcome,
+           a.error, a.traceback, 0 AS late, a.id AS seq
+    FROM conveyor_attempts a WHERE a.job_id = :id
+    UNION ALL
+    SELECT j.id, j.attempt, j.stage, j.lease_owner, j.started_at, j.finished_at, 'succeeded',
+           NULL, NULL, 1, j.id
+    FROM conveyor_jobs j
+    WHERE j.id = :id AND j.state = 'succeeded' AND j.lease_owner IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM conveyor_attempts a
+                      WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.outcome = 'succeeded')
+) log
+ORDER BY late, seq
 
 -- name: attempt_find
 -- Is this exact outcome recorded already (a write that committed before the
--- connection broke, sent again)?
+-- connection broke, sent again)? A success is recorded by the job row itself.
 SELECT id FROM conveyor_attempts
 WHERE job_id = :job_id AND attempt = :attempt AND worker_id = :worker_id AND outcome = :outcome
+UNION ALL
+SELECT id FROM conveyor_jobs
+WHERE :outcome = 'succeeded' AND id = :job_id AND state = 'succeeded' AND attempt = :attempt
+  AND lease_owner = :worker_id
 
 -- name: job_select_retryable
 -- Bulk actions work through a filter in bounded slices, oldest first, each slice

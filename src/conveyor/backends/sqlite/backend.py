@@ -336,10 +336,13 @@ class SQLiteBackend(SqlBackend):
         accepted: list[int] = []
         with self._tx() as cur:
             for o in outcomes:
-                params = {**o._asdict(), "id": o.job_id, "now": ts}
+                params = {**o._asdict(), "id": o.job_id, "now": ts, "worker_id": worker_id}
                 row = cur.execute(Q["job_finalize_one"], params).fetchone()
                 if row is None:
                     continue  # lease no longer held: refused, nothing changed
+                accepted.append(o.job_id)
+                if row["state"] == JobState.SUCCEEDED:
+                    continue  # the job row is its attempt's record (schema v12)
                 overruled = row["state"] == JobState.CANCELLED and o.state != JobState.CANCELLED
                 cur.execute(
                     Q["attempt_insert"],
@@ -355,7 +358,6 @@ class SQLiteBackend(SqlBackend):
                         "traceback": o.traceback,
                     },
                 )
-                accepted.append(o.job_id)
         return accepted
 
     def job_release_many(

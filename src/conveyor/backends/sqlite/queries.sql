@@ -73,7 +73,9 @@ SET state = CASE WHEN cancel_requested AND :state <> 'failed' THEN 'cancelled' E
     priority = coalesce(:priority, priority),
     max_attempts = coalesce(:max_attempts, max_attempts),
     cancel_requested = 0,
-    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    -- a success records its worker: its attempt is read from the job row (v12)
+    lease_owner = CASE WHEN :state = 'succeeded' AND NOT cancel_requested THEN :worker_id END,
+    lease_token = NULL, lease_expires_at = NULL,
     changed = {CHANGE}
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, started_at, attempt, state, error
@@ -181,16 +183,26 @@ GROUP BY name
 ORDER BY name
 
 -- name: job_age_priorities
--- Priority aging (see the PostgreSQL query); timestamps are epoch seconds here.
+-- Priority aging (see the PostgreSQL query: only the jobs whose age crossed a
+-- multiple of aging_s in the last window_s seconds; every waiting job old enough
+-- without a window). Timestamps are epoch seconds; :ks lists 1..max_boost.
 UPDATE conveyor_jobs
 SET base_priority = coalesce(base_priority, priority),
     priority = coalesce(base_priority, priority)
                + min(:max_boost, CAST((:now - scheduled_at) / :aging_s AS INTEGER))
-WHERE id IN (SELECT id FROM conveyor_jobs
-             WHERE state IN ('available', 'scheduled') AND scheduled_at <= :now - :aging_s
-             ORDER BY scheduled_at LIMIT :limit)
-  AND priority < coalesce(base_priority, priority)
-                 + min(:max_boost, CAST((:now - scheduled_at) / :aging_s AS INTEGER))
+WHERE id IN (
+    SELECT j.id
+    FROM (SELECT queue FROM conveyor_counts WHERE state = 'available' AND n > 0) q
+    JOIN (SELECT :now - value * :aging_s AS hi, :now - value * :aging_s - :window_s AS lo
+          FROM json_each(:ks) WHERE :window_s IS NOT NULL
+          UNION ALL
+          SELECT :now - :aging_s, -1e18 WHERE :window_s IS NULL) w
+    JOIN conveyor_jobs j
+      ON j.queue = q.queue AND j.state = 'available'
+     AND j.scheduled_at <= w.hi AND j.scheduled_at > w.lo
+    WHERE j.priority < coalesce(j.base_priority, j.priority)
+                       + min(:max_boost, CAST((:now - j.scheduled_at) / :aging_s AS INTEGER))
+    LIMIT :limit)
 RETURNING id
 
 -- name: job_prune_ids

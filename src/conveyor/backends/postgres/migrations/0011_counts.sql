@@ -53,7 +53,7 @@ CREATE TRIGGER conveyor_count_delete AFTER DELETE ON conveyor_jobs
 
 -- The oldest job waiting in each queue (a metric, the dashboard) without a scan:
 -- one index descent per queue.
-CREATE INDEX conveyor_jobs_waiting_idx ON conveyor_jobs (queue, scheduled_at)
+CREATE INDEX conveyor_jobs_waiting_idx ON conveyor_jobs (queue, scheduled_at, id)
     WHERE state = 'available';
 -- Scheduled jobs by due time: promotion reads the due ones in order, and the
 -- oldest-waiting probe finds a queue's due-but-not-yet-promoted ones. Partial on

@@ -34,7 +34,7 @@ BEGIN
     UPDATE conveyor_counts SET n = n - 1
     WHERE queue = OLD.queue AND task = OLD.task AND state = OLD.state;
 END;
-CREATE INDEX conveyor_jobs_waiting_idx ON conveyor_jobs (queue, scheduled_at)
+CREATE INDEX conveyor_jobs_waiting_idx ON conveyor_jobs (queue, scheduled_at, id)
     WHERE state = 'available';
 -- Scheduled jobs by due time: promotion reads the due ones in order, and the
 -- oldest-waiting probe finds a queue's due-but-not-yet-promoted ones. Partial on
