@@ -58,7 +58,8 @@ DIALECT = Dialect(
             " 0), coalesce((SELECT max(changed) FROM conveyor_batches"
             " WHERE changed IS NOT NULL), 0)) + 1)"
         ),
-        "CHANGED_AFTER": lambda a: f"({a[0]}, {a[1]}) > ({a[2]}, {a[3]})",
+        # the IS NOT NULL lets the planner pick the partial (changed, id) index
+        "CHANGED_AFTER": lambda a: f"{a[0]} IS NOT NULL AND ({a[0]}, {a[1]}) > ({a[2]}, {a[3]})",
         "CHANGE_HORIZON": lambda a: "1 = 1",  # committed in stamp order already
         "CHANGE_TEXT": lambda a: a[0],
     },
@@ -152,13 +153,37 @@ class SQLiteBackend(SqlBackend):
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._use_wal(conn)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
         except sqlite3.Error as exc:
             raise DatabaseUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
         with self._lock:
             self._all.append(conn)
         return conn
+
+    def _use_wal(self, conn: sqlite3.Connection) -> None:
+        """Put the file in WAL mode, once: the mode is stored in the file.
+
+        Switching needs the file to itself, and SQLite answers "database is
+        locked" at once (its busy timeout does not apply) while another process
+        is creating or switching the same file: retry until the busy timeout.
+        """
+        deadline = time.monotonic() + self.busy_timeout_s
+        delay = 0.005
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+                if str(mode).lower() == "wal":
+                    return
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

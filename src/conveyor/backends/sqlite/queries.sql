@@ -297,8 +297,9 @@ SET tokens = min(:burst, conveyor_rate_limits.tokens
 
 
 -- name: changes_head
--- The largest change stamp so far (see the CHANGE macro).
-SELECT max(coalesce((SELECT max(changed) FROM conveyor_jobs), 0),
+-- The largest change stamp so far (see the CHANGE macro). `IS NOT NULL` lets the
+-- planner use the partial (changed, id) index: a max() in one step, not a scan.
+SELECT max(coalesce((SELECT max(changed) FROM conveyor_jobs WHERE changed IS NOT NULL), 0),
            coalesce((SELECT max(changed) FROM conveyor_batches), 0)) AS head
 
 -- name: counts_fold
