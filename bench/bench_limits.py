@@ -70,6 +70,7 @@ CONFIGS: dict[str, tuple[int | None, int | None, int | None, str]] = {
     "keys1000": (1000, 2, None, "per-key limit 2, 1,000 keys (rarely binds)"),
     "keys100": (100, 1, None, "per-key limit 1, 100 keys (binds: <= 100 running)"),
     "queue50": (None, None, 50, "queue limit max_running=50"),
+    "queue1000": (None, None, 1000, "queue limit max_running=1,000 (never binds)"),
 }
 
 

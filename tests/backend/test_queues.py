@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from conveyor.records import JobFilter
 
-from .helpers import done, fetch, ins
+from .helpers import done, fetch, ins, raw_connection
 
 
 def test_paused_queue_is_not_claimed_until_resumed(backend):
@@ -143,3 +143,44 @@ def test_counts_are_per_queue_task_and_state(backend):
         ("x", "b", "available"): 1,
         ("y", "a", "available"): 1,
     }
+
+
+def test_a_per_key_limit_holds_across_queues(backend):
+    key = {"concurrency_key": "user=1", "concurrency_limit": 1}
+    backend.job_insert_many(
+        jobs=[ins(queue="a")._replace(**key), ins(queue="b")._replace(**key), ins(queue="b")]
+    )
+    first = fetch(backend, queues=("a",)) + fetch(backend, queues=("b",))
+    assert len(first) == 2 and sum(j.concurrency_key == "user=1" for j in first) == 1
+
+
+def test_limited_queues_claim_without_waiting_on_each_other(backend):
+    """PostgreSQL: a limited claim locks its own queue (and keys), not the cluster."""
+    if backend.name != "postgres":
+        return  # SQLite has one writer: there is no lock to share or not
+    import threading
+    import time
+
+    backend.job_insert_many(jobs=[ins(queue="a"), ins(queue="b"), ins(queue="b")])
+    backend.queue_set_limit(name="a", max_running=5)
+    backend.queue_set_limit(name="b", max_running=5)
+    with raw_connection(backend) as other:  # holds queue a's claim lock in a transaction
+        other.execute("SELECT pg_advisory_xact_lock(72628374, hashtext('a'))")
+        claimed_b: list = []
+        tb = threading.Thread(target=lambda: claimed_b.extend(fetch(backend, queues=("b",))))
+        tb.start()
+        tb.join(60)  # a guard against a hang, not a speed check
+        assert not tb.is_alive() and len(claimed_b) == 2  # queue b did not wait on a
+        claimed_a: list = []  # while a claim in queue a waits for that very lock
+        ta = threading.Thread(target=lambda: claimed_a.extend(fetch(backend, queues=("a",))))
+        ta.start()
+        with raw_connection(backend) as probe:
+            waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            for _ in range(600):
+                if probe.execute(waiting).fetchone()[0]:
+                    break
+                time.sleep(0.1)
+            assert probe.execute(waiting).fetchone()[0] == 1 and ta.is_alive()
+        other.rollback()
+        ta.join(60)
+    assert not ta.is_alive() and len(claimed_a) == 1

@@ -20,6 +20,8 @@ PG_ONLY = {
     "worker_heartbeat",
     "migration_lock",  # advisory lock; SQLite migrators serialise on the write lock
     "limits_lock",  # advisory lock; SQLite claims serialise under BEGIN IMMEDIATE
+    "limits_lock_keys",  # the keyed claims' shared lock, after the queue's own
+    "queue_running",  # the room left under a queue limit, counted under its lock
     "notify",
     "notify_events",
 }

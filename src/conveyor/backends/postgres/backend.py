@@ -26,6 +26,7 @@ from ...errors import ConfigError, DatabaseUnavailable
 from ...records import (
     Finalize,
     Heartbeat,
+    Inserted,
     JobInsert,
     JobRecord,
     JobState,
@@ -429,6 +430,20 @@ class PostgresBackend(SqlBackend):
         self._limits_cache.clear()
 
     # -- the hot paths --------------------------------------------------------------------
+    def job_insert_many(
+        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
+    ) -> list[Inserted]:
+        if (
+            conn is None
+            and jobs
+            and not any(j.unique_key or j.idempotency_key or j.limited for j in jobs)
+        ):
+            # Nothing to resolve: one statement in autocommit (its NOTIFY is sent at
+            # its commit), no BEGIN and COMMIT round trips. Ids grow in input order.
+            rows = self._rows("job_insert_many", _insert_params(jobs, now), sql=KEYLESS_INSERT)
+            return [Inserted(jid, True) for jid in sorted(r["id"] for r in rows)]
+        return super().job_insert_many(jobs=jobs, conn=conn, now=now)
+
     def _insert_rows(
         self, cur: Any, jobs: Sequence[JobInsert], now: Any
     ) -> list[tuple[int, KeyPair]]:
@@ -469,16 +484,31 @@ class PostgresBackend(SqlBackend):
         for queue in (q for q in queues if q in limits):
             if len(rows) >= limit:
                 break
+            qparams = limited_params(queue, limits[queue], limit - len(rows))
             with self._tx() as cur:
-                # A statement of its own: in READ COMMITTED the claim that follows
-                # then sees every limited claim committed before the lock was ours.
-                cur.execute(Q["limits_lock"])
+                # Statements of their own: in READ COMMITTED the claim that follows
+                # then sees every limited claim committed before the locks were ours.
+                # The queue's lock serialises claims of this queue only; a keyed
+                # queue's claim also takes the keys' lock (keys are shared by queues).
+                cur.execute(Q["limits_lock"], {"queue": queue})
+                lim = limits[queue]
+                if not lim.keyed and lim.rate_per_s is None and lim.max_running is not None:
+                    # Only a queue limit: the plain claim, sized by the room left.
+                    [running] = self._q(cur, "queue_running", {"queue": queue})
+                    room = min(limit - len(rows), lim.max_running - running["n"])
+                    if room > 0:
+                        rows += self._q(
+                            cur, "job_claim", {**params, "queues": [queue], "limit": room}
+                        )
+                    continue
+                if lim.keyed:
+                    cur.execute(Q["limits_lock_keys"])
                 claimed = self._q(
                     cur,
                     "job_claim_limited",
                     {
                         **params,
-                        **limited_params(queue, limits[queue], limit - len(rows)),
+                        **qparams,
                         "limit": limit - len(rows),
                         "identity": [worker_id, *tags],
                     },

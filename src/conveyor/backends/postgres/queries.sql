@@ -431,9 +431,21 @@ SELECT q, true, now() FROM unnest(%(queues)s::text[]) AS q
 ON CONFLICT (name) DO UPDATE SET keyed = true WHERE NOT conveyor_queues.keyed
 
 -- name: limits_lock
--- Claims that must respect a limit take this lock in a statement of their own:
--- in READ COMMITTED the claim statement that follows then has a snapshot taken
--- after the previous limited claim committed, so its counts are current.
+-- Claims that must respect a queue's limits take this lock, one per queue (claims
+-- in other queues never wait on it), in a statement of their own: in READ
+-- COMMITTED the claim statement that follows then has a snapshot taken after the
+-- previous limited claim of this queue committed, so the queue's counts are current.
+SELECT pg_advisory_xact_lock(72628374, hashtext(%(queue)s))
+
+-- name: queue_running
+-- Running jobs in one queue (under the queue's lock: current), by the state index.
+SELECT count(*) AS n FROM conveyor_jobs WHERE queue = %(queue)s AND state = 'running'
+
+-- name: limits_lock_keys
+-- A keyed queue's claim also takes this lock (keys are shared by queues, so
+-- keyed claims of every queue serialise on it; claims of queues without keyed
+-- jobs never take it). Locking the candidates' keys one by one cost more than
+-- it saved with one worker (bench_limits keys1000: 0.49x -> 0.38x of unlimited).
 SELECT pg_advisory_xact_lock(7262837502)
 
 -- name: job_claim_limited

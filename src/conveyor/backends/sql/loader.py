@@ -81,7 +81,13 @@ def _split(text: str, where: str) -> dict[str, str]:
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"{where}: query {name!r} defined twice")
-        sql = "\n".join(ln for ln in body.splitlines() if not ln.lstrip().startswith("--"))
+        # Without comment lines and indentation: psycopg caches the conversion of a
+        # query text only up to 4 KB, and the hot statements must stay under it.
+        sql = "\n".join(
+            ln.strip()
+            for ln in body.splitlines()
+            if ln.strip() and not ln.lstrip().startswith("--")
+        )
         queries[name] = sql.strip().rstrip(";")
     return queries
 

@@ -133,6 +133,7 @@ class QueueLimits(NamedTuple):
     max_running: int | None
     rate_per_s: float | None
     rate_burst: float | None
+    keyed: bool = False  # jobs with a concurrency or rate key have been sent to it
 
     @property
     def spend(self) -> dict[str, Any] | None:
@@ -144,7 +145,7 @@ class QueueLimits(NamedTuple):
 def queue_limits(rows: Sequence[dict[str, Any]]) -> dict[str, QueueLimits]:
     """Queues whose claims must go through the limit-aware path, with their limits."""
     return {
-        r["name"]: QueueLimits(r["max_running"], r["rate_per_s"], r["rate_burst"])
+        r["name"]: QueueLimits(r["max_running"], r["rate_per_s"], r["rate_burst"], bool(r["keyed"]))
         for r in rows
         if r["keyed"] or r["max_running"] is not None or r["rate_per_s"] is not None
     }
@@ -154,7 +155,9 @@ def limited_params(queue: str, limits: QueueLimits, limit: int) -> dict[str, Any
     return {
         "queue": queue,
         "max_running": limits.max_running,
-        "window": max(100, 10 * limit),
+        # Keyed candidates may be skipped (their key is full): look further ahead.
+        # Without keys every candidate fits, so the window is the claim's size.
+        "window": max(100, 10 * limit) if limits.keyed else limit,
         "queue_rate": limits.rate_per_s,
         "queue_burst": limits.rate_burst,
     }
