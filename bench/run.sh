@@ -25,7 +25,11 @@
 #   8. live events and metrics (bench/bench_events.py: drain by a `conveyor worker`
 #      with and without an SSE client following, completion-to-client delay p50/p99,
 #      a /metrics scrape on 1,000,000 jobs) on PostgreSQL and SQLite, appended to
-#      /tmp/peerbench/results/conveyor-events-<timestamp>.jsonl; its table is printed.
+#      /tmp/peerbench/results/conveyor-events-<timestamp>.jsonl; its table is printed;
+#   9. `conveyor bench` (the CLI worker with its defaults) on PostgreSQL with --pgqueuer
+#      and on SQLite, appended to bench/RESULTS.md;
+#  10. with BENCH_SCALE=1, bench/bench_scale.py (1/2/4 workers, 1M waiting, 10M finished,
+#      a worker's RSS over 1M jobs).
 #
 # Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
 # (the shared folder), BENCH_N (jobs per run, default 20000).
@@ -157,3 +161,28 @@ say "$PY bench/bench_events.py"
 echo "$PY bench/bench_events.py --out $EOUT" >> "$CMDS"
 "$PY" bench/bench_events.py --n "$N" --out "$EOUT" | grep '^|' >&2
 say "event runs took $(( $(date +%s) - T4 ))s; results in $EOUT"
+
+# -- 9. `conveyor bench`: the CLI a user runs, beside PgQueuer, appended to RESULTS.md ----------
+T5=$(date +%s)
+"$PY" -c 'import sys, psycopg
+with psycopg.connect(sys.argv[1] + "/postgres", autocommit=True) as c:
+    c.execute("DROP DATABASE IF EXISTS bench_cli WITH (FORCE)"); c.execute("CREATE DATABASE bench_cli")' "$PEERBENCH_PG"
+{
+  echo
+  echo "## \`conveyor bench\` (the CLI worker with its defaults, as users run it)"
+  echo
+  echo "Command: \`conveyor bench -d $PEERBENCH_PG/bench_cli --jobs $N --pgqueuer\` and \`conveyor bench --jobs $N\` (a throwaway SQLite file)."
+  echo
+  "$VENV/bin/conveyor" bench -d "$PEERBENCH_PG/bench_cli" --jobs "$N" --pgqueuer
+  echo
+  "$VENV/bin/conveyor" bench --jobs "$N"
+} > "$SCRATCH/results/conveyor-cli-$STAMP.md"
+cat "$SCRATCH/results/conveyor-cli-$STAMP.md" >> bench/RESULTS.md
+say "conveyor bench took $(( $(date +%s) - T5 ))s"
+
+# -- 10. scale (opt-in, ~20 min: BENCH_SCALE=1): 1/2/4 workers, 1M waiting, 10M finished, RSS --
+if [ "${BENCH_SCALE:-0}" = 1 ]; then
+  SOUT=$SCRATCH/results/conveyor-scale-$STAMP.jsonl
+  say "$PY bench/bench_scale.py --out $SOUT"
+  "$PY" bench/bench_scale.py --out "$SOUT" >&2
+fi

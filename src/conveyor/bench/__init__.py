@@ -1,0 +1,275 @@
+"""``conveyor bench``: measure Conveyor on your own database, as you would run it.
+
+Phases (each on the queue ``conveyor_bench`` only, whose jobs are deleted after
+each phase; nothing else in the database is read or changed):
+
+- ``enqueue``: ``enqueue_many`` of N jobs in calls of 1,000, then one-by-one
+  ``enqueue`` of N/10 (at most 2,000): jobs/s.
+- ``drain``: N no-op jobs waiting, then one real ``conveyor worker --burst``
+  process with the CLI's defaults; jobs/s from the first handler start to the
+  last handler end (as the shared peer harness measures every queue), and with
+  the worker's start-up included.
+- ``latency``: one idle ``conveyor worker`` (defaults); 200 jobs sent at 50/s;
+  the delay from each send to its handler's start, p50 / p99.
+- ``limits``: the drain again with a queue limit (``max_running``) of 1,000 that
+  never binds (the worker runs 100 at most), as a ratio to the unlimited drain.
+
+With ``pgqueuer`` importable and a PostgreSQL URL, ``--pgqueuer`` also runs
+PgQueuer's bulk enqueue and its drain at batch 100 and at its default batch 10 in
+the same run, and gives the ratios (PgQueuer's tables are installed in that
+database and its queue emptied: use a scratch database for it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..app import Conveyor
+from ..errors import ConfigError, redact_url
+
+QUEUE = "conveyor_bench"
+NOOP = "conveyor_bench.noop"
+PING = "conveyor_bench.ping"
+PHASES = ("enqueue", "drain", "latency", "limits")
+CHUNK = 1_000
+
+
+@dataclass
+class Report:
+    url: str
+    jobs: int
+    results: dict[str, Any] = field(default_factory=dict)
+    ratios: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "jobs": self.jobs, "results": self.results, "ratios": self.ratios}
+
+
+def _pct(values: list[float], p: float) -> float:
+    v = sorted(values)
+    k = max(0, min(len(v) - 1, round(p / 100.0 * len(v) + 0.5) - 1))
+    return v[k]
+
+
+class Bench:
+    def __init__(self, url: str, jobs: int, say: Callable[[str], None]) -> None:
+        if jobs < 10:
+            raise ConfigError(f"--jobs must be at least 10, got {jobs}")
+        self.url, self.jobs, self.say = url, jobs, say
+        self.app = Conveyor(url)
+        self.app.migrate()
+        self.report = Report(redact_url(url), jobs)
+        self._tmp = Path(tempfile.mkdtemp(prefix="conveyor-bench-"))
+
+    def close(self) -> None:
+        self.clear()
+        self.app.close()
+
+    # -- helpers ---------------------------------------------------------------------
+    def clear(self) -> None:
+        self.app.delete_jobs(queue=QUEUE)
+
+    def enqueue(self, n: int) -> None:
+        for start in range(0, n, CHUNK):
+            items = [(i,) for i in range(start, min(n, start + CHUNK))]
+            self.app.enqueue_many(NOOP, items, queue=QUEUE)
+
+    @contextmanager
+    def worker(self, *extra: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+        out = self._tmp / f"worker-{time.monotonic_ns()}.json"
+        env = {**os.environ, "CONVEYOR_DATABASE_URL": self.url, "CONVEYOR_BENCH_OUT": str(out)}
+        cmd = [sys.executable, "-m", "conveyor.cli.main", "worker"]
+        cmd += ["--app", "conveyor.bench.worker_app:app", "--log-level", "warning", *extra]
+        proc = subprocess.Popen(cmd, env=env)
+        try:
+            yield proc, out
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    def drain(self) -> dict[str, float]:
+        self.enqueue(self.jobs)
+        began = time.perf_counter()
+        with self.worker("--burst") as (proc, out):
+            code = proc.wait()
+        wall = time.perf_counter() - began
+        if code != 0:
+            raise RuntimeError(f"the benchmark worker exited with status {code}")
+        notes = json.loads(out.read_text())
+        if notes["count"] != self.jobs:
+            raise RuntimeError(f"the worker ran {notes['count']} of {self.jobs} jobs")
+        span = max(notes["last"] - notes["first"], 1e-9)
+        self.clear()
+        return {"jobs_per_s": round(self.jobs / span), "wall_jobs_per_s": round(self.jobs / wall)}
+
+    # -- phases ----------------------------------------------------------------------
+    def phase_enqueue(self) -> None:
+        self.say(f"enqueue: {self.jobs:,} jobs by enqueue_many, calls of {CHUNK:,}")
+        t0 = time.perf_counter()
+        self.enqueue(self.jobs)
+        bulk = self.jobs / (time.perf_counter() - t0)
+        self.clear()
+        one = min(2_000, max(10, self.jobs // 10))
+        self.say(f"enqueue: {one:,} jobs one by one")
+        t0 = time.perf_counter()
+        for i in range(one):
+            self.app.enqueue(NOOP, [i], queue=QUEUE)
+        single = one / (time.perf_counter() - t0)
+        self.clear()
+        self.report.results["enqueue"] = {
+            "bulk_jobs_per_s": round(bulk),
+            "one_jobs_per_s": round(single),
+        }
+
+    def phase_drain(self) -> None:
+        self.say(f"drain: {self.jobs:,} no-op jobs, one `conveyor worker --burst` (CLI defaults)")
+        self.report.results["drain"] = self.drain()
+
+    def phase_limits(self) -> None:
+        if "drain" not in self.report.results:
+            self.phase_drain()
+        self.say("limits: the drain again, with a queue limit of 1,000 that never binds")
+        self.app.set_queue_limit(QUEUE, 1_000, force=True)
+        try:
+            limited = self.drain()
+        finally:
+            self.app.set_queue_limit(QUEUE, None, force=True)
+        base = self.report.results["drain"]["jobs_per_s"]
+        self.report.results["limits"] = {
+            "queue_limit_1000": limited,
+            "ratio_to_unlimited": round(limited["jobs_per_s"] / base, 2),
+        }
+
+    def phase_latency(self, count: int = 200, rate: float = 50.0) -> None:
+        self.say(f"latency: {count} jobs sent at {rate:g}/s to an idle `conveyor worker`")
+        with self.worker() as (proc, out):
+            time.sleep(2.0)  # the worker is up and idle
+            for _ in range(count):
+                self.app.enqueue(PING, [time.time()], queue=QUEUE)
+                time.sleep(1 / rate)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                done = self.app.count_jobs(queue=QUEUE, state="succeeded").get("succeeded", 0)
+                if done >= count:
+                    break
+                time.sleep(0.1)
+            proc.terminate()
+            proc.wait(30)
+        delays = [d * 1000 for d in json.loads(out.read_text())["delays"]]
+        self.clear()
+        if not delays:
+            raise RuntimeError("the latency worker ran no job")
+        self.report.results["latency"] = {
+            "jobs": len(delays),
+            "p50_ms": round(_pct(delays, 50), 2),
+            "p99_ms": round(_pct(delays, 99), 2),
+        }
+
+    def phase_pgqueuer(self) -> None:
+        from . import pgq
+
+        self.report.results["pgqueuer"] = pgq.run(self.url, self.jobs, self._tmp, self.say)
+        ours, theirs = self.report.results, self.report.results["pgqueuer"]
+        if "drain" in ours:
+            d = ours["drain"]["jobs_per_s"]
+            self.report.ratios["drain_vs_pgqueuer_batch100"] = round(
+                d / theirs["drain_batch100"], 2
+            )
+            self.report.ratios["drain_vs_pgqueuer_batch10"] = round(d / theirs["drain_batch10"], 2)
+        if "enqueue" in ours:
+            b = ours["enqueue"]["bulk_jobs_per_s"]
+            self.report.ratios["bulk_enqueue_vs_pgqueuer"] = round(b / theirs["bulk_jobs_per_s"], 2)
+
+
+def run(
+    url: str,
+    jobs: int = 20_000,
+    phases: tuple[str, ...] = PHASES,
+    pgqueuer: bool = False,
+    say: Callable[[str], None] = lambda _m: None,
+) -> Report:
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise ConfigError(f"unknown phase(s) {', '.join(unknown)}; phases are: {', '.join(PHASES)}")
+    if pgqueuer and not url.startswith(("postgres://", "postgresql://")):
+        raise ConfigError("--pgqueuer needs a PostgreSQL URL (PgQueuer runs on PostgreSQL only)")
+    bench = Bench(url, jobs, say)
+    try:
+        bench.clear()
+        for phase in PHASES:  # in this order whatever the order asked
+            if phase in phases:
+                getattr(bench, f"phase_{phase}")()
+        if pgqueuer:
+            bench.phase_pgqueuer()
+    finally:
+        bench.close()
+    return bench.report
+
+
+def markdown(report: Report) -> str:
+    """The report as a Markdown table."""
+    r = report.results
+    rows: list[tuple[str, str]] = []
+    if "enqueue" in r:
+        rows.append(
+            (
+                "bulk enqueue (enqueue_many, 1,000 per call)",
+                f"{r['enqueue']['bulk_jobs_per_s']:,} jobs/s",
+            )
+        )
+        rows.append(("one-by-one enqueue", f"{r['enqueue']['one_jobs_per_s']:,} jobs/s"))
+    if "drain" in r:
+        d = r["drain"]
+        rows.append(
+            (
+                "drain, `conveyor worker` defaults",
+                f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} with start-up)",
+            )
+        )
+    if "limits" in r:
+        lim = r["limits"]
+        rows.append(
+            (
+                "drain with a queue limit that never binds",
+                f"{lim['queue_limit_1000']['jobs_per_s']:,} jobs/s"
+                f" ({lim['ratio_to_unlimited']:.2f}x unlimited)",
+            )
+        )
+    if "latency" in r:
+        lat = r["latency"]
+        rows.append(
+            (
+                "enqueue to handler start, idle worker",
+                f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms",
+            )
+        )
+    if "pgqueuer" in r:
+        p = r["pgqueuer"]
+        rows.append((f"PgQueuer {p['version']} bulk enqueue", f"{p['bulk_jobs_per_s']:,} jobs/s"))
+        rows.append(("PgQueuer drain, batch 100", f"{p['drain_batch100']:,} jobs/s"))
+        rows.append(("PgQueuer drain, batch 10 (its default)", f"{p['drain_batch10']:,} jobs/s"))
+    for name, ratio in report.ratios.items():
+        rows.append((name.replace("_", " "), f"**{ratio:.2f}x**"))
+    lines = [
+        f"`conveyor bench` on {report.url}, {report.jobs:,} jobs",
+        "",
+        "| measurement | result |",
+        "|---|---|",
+    ]
+    lines += [f"| {a} | {b} |" for a, b in rows]
+    return "\n".join(lines)

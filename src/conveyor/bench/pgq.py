@@ -1,0 +1,74 @@
+"""PgQueuer in the same run as ``conveyor bench --pgqueuer`` (its own API only):
+bulk enqueue of N no-op jobs, then their drain by one PgQueuer worker process at
+batch 100 and at its default batch 10. PgQueuer's tables are installed in the
+database when missing, and its queue is emptied before and after."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+ENTRYPOINT = "conveyor_bench_noop"
+
+
+def _dsn(url: str) -> str:
+    return "postgresql://" + url.split("://", 1)[1]
+
+
+async def _enqueue(dsn: str, n: int, install: bool) -> float:
+    asyncpg: Any = importlib.import_module("asyncpg")
+    pgq: Any = importlib.import_module("pgqueuer")
+    db: Any = importlib.import_module("pgqueuer.db")
+    conn = await asyncpg.connect(dsn)
+    try:
+        q = pgq.Queries(db.AsyncpgDriver(conn))
+        if install and not await q.has_table("pgqueuer"):
+            await q.install()
+        await q.clear_queue(ENTRYPOINT)
+        payload = b"{}"
+        t0 = time.perf_counter()
+        for start in range(0, n, 1_000):
+            k = min(1_000, n - start)
+            await q.enqueue([ENTRYPOINT] * k, [payload] * k, [0] * k)
+        return n / (time.perf_counter() - t0)
+    finally:
+        await conn.close()
+
+
+def _drain(dsn: str, n: int, batch: int, tmp: Path) -> int:
+    out = tmp / f"pgq-{batch}-{time.monotonic_ns()}.json"
+    code = subprocess.call(
+        [sys.executable, "-m", "conveyor.bench.pgq_worker", dsn, str(batch), str(out)]
+    )
+    if code != 0:
+        raise RuntimeError(f"the PgQueuer worker exited with status {code}")
+    notes = json.loads(out.read_text())
+    if notes["count"] != n:
+        raise RuntimeError(f"the PgQueuer worker ran {notes['count']} of {n} jobs")
+    return round(n / max(float(notes["last"]) - float(notes["first"]), 1e-9))
+
+
+def run(url: str, n: int, tmp: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    try:
+        pgqueuer: Any = importlib.import_module("pgqueuer")
+    except ImportError:
+        raise ConfigError("--pgqueuer: PgQueuer is not installed (pip install pgqueuer)") from None
+    dsn = _dsn(url)
+    result: dict[str, Any] = {"version": pgqueuer.__version__}
+    say(f"pgqueuer: {n:,} jobs by Queries.enqueue, calls of 1,000")
+    result["bulk_jobs_per_s"] = round(asyncio.run(_enqueue(dsn, n, install=True)))
+    for batch in (100, 10):
+        say(f"pgqueuer: drain of {n:,} no-op jobs, one worker, batch_size={batch}")
+        if batch != 100:
+            asyncio.run(_enqueue(dsn, n, install=False))
+        result[f"drain_batch{batch}"] = _drain(dsn, n, batch, tmp)
+    return result

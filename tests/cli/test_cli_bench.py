@@ -1,0 +1,48 @@
+"""``conveyor bench`` runs its phases on the database it is given, through a real
+``conveyor worker`` process, and touches nothing but its own queue. Its figures
+are not checked here (benchmarks are benchmarks): only that they are there."""
+
+from __future__ import annotations
+
+import json
+
+from conveyor import Conveyor
+
+from .conftest import Invoke
+
+
+def test_bench_measures_and_leaves_other_jobs_alone(invoke: Invoke, db_url: str) -> None:
+    app = Conveyor(db_url)
+    mine = app.enqueue("someone_elses_task", [1], queue="default")
+    app.close()
+
+    result = invoke(
+        "bench", "--jobs", "200", "--phases", "enqueue,drain,limits", "--json", url=db_url
+    )
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["jobs"] == 200
+    r = report["results"]
+    assert r["enqueue"]["bulk_jobs_per_s"] > 0 and r["enqueue"]["one_jobs_per_s"] > 0
+    assert r["drain"]["jobs_per_s"] > 0  # the worker ran all 200 (bench checks the count)
+    assert r["limits"]["queue_limit_1000"]["jobs_per_s"] > 0
+    app = Conveyor(db_url)
+    try:
+        assert app.get_job(mine.id).state == "available"
+        assert app.count_jobs(queue="conveyor_bench").get("available", 0) == 0
+        assert not [q for q in app.queues() if q.name == "conveyor_bench" and q.max_running]
+    finally:
+        app.close()
+
+
+def test_bench_refuses_an_unknown_phase(invoke: Invoke, tmp_path) -> None:
+    result = invoke("bench", "--phases", "drain,warp", url=f"sqlite:///{tmp_path / 'b.db'}")
+    assert result.exit_code == 2
+    assert "unknown phase(s) warp" in result.output
+
+
+def test_bench_with_pgqueuer_needs_postgresql(invoke: Invoke, tmp_path) -> None:
+    result = invoke("bench", "--pgqueuer", url=f"sqlite:///{tmp_path / 'b.db'}")
+    assert result.exit_code == 2
+    assert "--pgqueuer needs a PostgreSQL URL" in result.output
