@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
@@ -25,6 +27,7 @@ from .flow import Chain, Step, start_chain
 from .hooks import Middleware, run_enqueue_hooks
 from .job import Job
 from .records import (
+    ActionRecord,
     Attempt,
     BatchState,
     BulkResult,
@@ -192,6 +195,7 @@ class Conveyor(ServingMixin):
         rate_key: str | Callable[..., str] | None = None,
         pinned_to: Sequence[str] | str | None = None,
         tenant_key: str | Callable[..., str] | None = None,
+        sensitive: Sequence[str] = (),
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(  # type: ignore[misc]  # mypy misjudges a defaulted positional-only fn here
@@ -214,6 +218,7 @@ class Conveyor(ServingMixin):
         rate_key: str | Callable[..., str] | None = None,
         pinned_to: Sequence[str] | str | None = None,
         tenant_key: str | Callable[..., str] | None = None,
+        sensitive: Sequence[str] = (),
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
 
@@ -233,6 +238,8 @@ class Conveyor(ServingMixin):
         worker with one of them runs these jobs (also a ``send()`` option).
         ``tenant_key``: a parameter (or callable) whose value is stored as the job's
         tenant, to filter jobs by user or customer.
+        ``sensitive``: names of parameters whose values every view hides (the API,
+        the dashboard, the CLI show ``***``); the handler still receives them.
         """
         defaults = TaskDefaults(
             queue=queue or self.default_queue,
@@ -264,6 +271,14 @@ class Conveyor(ServingMixin):
                     f"{getattr(other, '__module__', '?')}.{getattr(other, '__qualname__', '?')}; "
                     "pass name= to tell them apart"
                 )
+            if sensitive:
+                params = inspect.signature(f).parameters
+                unknown = [n for n in sensitive if n not in params]
+                if unknown:
+                    raise ConfigError(
+                        f"sensitive: {', '.join(unknown)} is not a parameter of {task_name}"
+                    )
+                serialize.hide_arguments(task_name, list(params), sensitive)
             t = Task(self, f, task_name, defaults)
             self.tasks[task_name] = t
             return t
@@ -761,6 +776,71 @@ class Conveyor(ServingMixin):
                 break
         return BulkResult("delete", f, matched, done)
 
+    def start_bulk(
+        self, action: str, filter: JobFilter, *, actor: str | None = None
+    ) -> ActionRecord:
+        """Run ``retry``, ``cancel`` or ``delete`` of every job matching ``filter`` in
+        the background (a thread of this process), in the same bounded transactions as
+        ``retry_jobs`` and the others, recording who asked, what it matched and how
+        far it got (``bulk_action``, ``bulk_actions``: the audit log)."""
+        run = self.bulk_method(action)
+        matched = run(filter, dry_run=True).matched
+        action_id = uuid.uuid4().hex[:16]
+        described = serialize.job_filter(filter)
+        self.backend.action_insert(
+            action_id=action_id,
+            action=action,
+            filter_json=json.dumps(described),
+            actor=actor,
+            matched=matched,
+        )
+        last = [time.monotonic()]
+
+        def progress(done: int) -> None:
+            if time.monotonic() - last[0] >= 0.5:  # a write per half second at most
+                last[0] = time.monotonic()
+                self.backend.action_update(
+                    action_id=action_id, done=done, requested=0, state="running"
+                )
+
+        def work() -> None:
+            try:
+                result = run(filter, progress=progress)
+            except Exception as exc:  # recorded, for the person who asked to see
+                log.exception("bulk %s %s failed", action, action_id)
+                self.backend.action_update(
+                    action_id=action_id, done=0, requested=0, state="failed", error=str(exc)
+                )
+                return
+            self.backend.action_update(
+                action_id=action_id,
+                done=result.done,
+                requested=result.requested,
+                state="done",
+            )
+
+        threading.Thread(target=work, name=f"conveyor-bulk-{action_id}", daemon=True).start()
+        return self.bulk_action(action_id)
+
+    def bulk_method(self, action: str) -> Callable[..., BulkResult]:
+        """``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, by the action's name."""
+        methods = {"retry": self.retry_jobs, "cancel": self.cancel_jobs, "delete": self.delete_jobs}
+        if action not in methods:
+            raise ConfigError(f"unknown bulk action {action!r}; actions are: retry, cancel, delete")
+        return methods[action]
+
+    def bulk_action(self, action_id: str) -> ActionRecord:
+        record = self.backend.action_get(action_id=str(action_id))
+        if record is None:
+            raise JobNotFound(f"no bulk action with id {action_id}")
+        return record
+
+    def bulk_actions(self, *, limit: int = 50) -> list[ActionRecord]:
+        """The audit log of bulk actions, newest first."""
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ConfigError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        return self.backend.action_list(limit=limit)
+
     # -- batches and chains ----------------------------------------------------------------
     def get_batch(self, batch_id: int) -> Batch:
         record = self.backend.batch_get(batch_id=_id(batch_id, "batch"))
@@ -936,21 +1016,63 @@ class Conveyor(ServingMixin):
     def unserved(self, *, worker_ttl_s: float = 7.0) -> list[QueueCount]:
         """Waiting jobs that no live worker can run (no live worker takes their
         queue and task), per queue and task: they wait, visibly, until one does."""
-        now = datetime.now(UTC)
-        live = [
-            w
-            for w in self.workers()
-            if w.last_seen_at is not None and (now - w.last_seen_at).total_seconds() <= worker_ttl_s
-        ]
+        live = self._live_workers(worker_ttl_s)
         out = []
         for c in self.counts():
             if c.state not in (JobState.AVAILABLE, JobState.SCHEDULED) or not c.count:
                 continue
-            if not any(
-                c.queue in w.queues and (w.tasks is None or c.task in w.tasks) for w in live
-            ):
+            if not any(_serves(w, c.queue, c.task) for w in live):
                 out.append(c)
         return out
+
+    def _live_workers(self, worker_ttl_s: float) -> list[WorkerInfo]:
+        """Workers whose heartbeat is at most ``worker_ttl_s`` old."""
+        now = datetime.now(UTC)
+        return [
+            w
+            for w in self.workers()
+            if w.last_seen_at is not None and (now - w.last_seen_at).total_seconds() <= worker_ttl_s
+        ]
+
+    def why_waiting(self, job_id: int, *, worker_ttl_s: float = 7.0) -> list[str]:
+        """Why a job that waits is not running, read from the engine's own state: a
+        paused queue, a full limit, a later time, pinning to workers that are not
+        alive, a chain step before it, no live worker for its queue and task. Empty
+        when the job runs, has ended, or nothing holds it back."""
+        job = self.get_job(job_id)
+        if job.state not in (JobState.SCHEDULED, JobState.AVAILABLE):
+            return []
+        now = datetime.now(UTC)
+        reasons = []
+        if job.scheduled_at > now:
+            when = job.scheduled_at.isoformat(timespec="seconds")
+            why = "a retry waits out its backoff" if job.attempts else "it was sent to run later"
+            reasons.append(f"scheduled for {when}: {why}")
+        queue = next((q for q in self.queues() if q.name == job.queue), None)
+        if queue is not None and queue.paused:
+            reasons.append(f"queue {job.queue!r} is paused")
+        if queue is not None and queue.max_running is not None:
+            running = queue.counts.get(JobState.RUNNING, 0)
+            if running >= queue.max_running:
+                reasons.append(
+                    f"queue {job.queue!r} is at its limit: {running} running of {queue.max_running}"
+                )
+        serving = [w for w in self._live_workers(worker_ttl_s) if _serves(w, job.queue, job.task)]
+        if job.pinned_to:
+            pins = set(job.pinned_to)
+            if not [w for w in serving if w.id in pins or pins & set(w.tags)]:
+                reasons.append(
+                    f"pinned to {', '.join(sorted(pins))}: no live worker with that id or tag "
+                    "serves its queue"
+                )
+        if job.chain_root is not None and job.chain_root != job.id and job.attempts == 0:
+            reasons.append(f"a step of chain {job.chain_root}: it runs after the step before it")
+        if not serving:
+            reasons.append(
+                f"no live worker takes queue {job.queue!r} and task {job.task!r} "
+                "(start one with `conveyor worker`)"
+            )
+        return reasons
 
     # -- maintenance ---------------------------------------------------------------------
     def prune(
@@ -1062,3 +1184,8 @@ def _local_job(
 
 
 __all__ = ["Conveyor", "JobRecord", "make_filter"]
+
+
+def _serves(worker: WorkerInfo, queue: str, task: str | None) -> bool:
+    """Whether ``worker`` takes jobs of this queue and task."""
+    return queue in worker.queues and (worker.tasks is None or task in worker.tasks)

@@ -53,3 +53,13 @@ class Permanent(Exception):
 
 class JobTimeout(TimeoutError):
     """A handler ran longer than its task's ``timeout``."""
+
+
+def redact_url(url: str) -> str:
+    """A database URL fit for logs and messages: its password replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    creds, _, host = rest.partition("@")
+    user, has_password, _ = creds.partition(":")
+    return f"{scheme}://{user}:***@{host}" if has_password else url

@@ -481,6 +481,24 @@ class TokenScope(StrEnum):
 
 
 @dataclass(frozen=True)
+class ActionRecord:
+    """A bulk action (retry, cancel or delete of every job matching a filter) run
+    in the background, as recorded: who asked, what it matched, how far it got."""
+
+    id: str
+    action: str
+    filter: dict[str, Any]
+    actor: str | None
+    matched: int
+    done: int
+    requested: int
+    state: str  # running, done or failed
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class ApiToken:
     """An API token as stored: its id and scope, never its secret (only a hash of
     it is kept, and the hash never leaves the backend's ``token_find``)."""

@@ -13,12 +13,14 @@ from enum import Enum
 from typing import Any
 
 from .records import (
+    ActionRecord,
     ApiToken,
     Attempt,
     BatchRecord,
     BatchState,
     BulkResult,
     Change,
+    JobFilter,
     JobRecord,
     JobState,
     QueueCount,
@@ -46,13 +48,29 @@ def plain(value: Any) -> Any:
     return value
 
 
+#: task name -> (its parameters in order, the ones to hide): ``@app.task(sensitive=)``
+_SENSITIVE: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+HIDDEN = "***"
+
+
+def hide_arguments(task: str, parameters: Iterable[str], names: Iterable[str]) -> None:
+    """From now on, every view of a job of ``task`` hides these arguments."""
+    _SENSITIVE[task] = (tuple(parameters), frozenset(names))
+
+
 def job(record: JobRecord, *, redact: Iterable[str] = ()) -> dict[str, Any]:
-    """A job. ``redact``: keyword argument names whose values are hidden (a task's
-    sensitive arguments)."""
+    """A job. Arguments its task declared ``sensitive`` (and ``redact``: more
+    names) are shown as ``***``, by keyword or by position."""
     data = {name: plain(getattr(record, name)) for name in _JOB_FIELDS}
-    hidden = set(redact)
+    order, hidden = _SENSITIVE.get(record.task, ((), frozenset()))
+    hidden = hidden | set(redact)
     if hidden:
-        data["kwargs"] = {k: ("***" if k in hidden else v) for k, v in data["kwargs"].items()}
+        data["kwargs"] = {k: (HIDDEN if k in hidden else v) for k, v in data["kwargs"].items()}
+        if isinstance(data["args"], list):
+            data["args"] = [
+                HIDDEN if i < len(order) and order[i] in hidden else v
+                for i, v in enumerate(data["args"])
+            ]
     return data
 
 
@@ -87,14 +105,20 @@ def count(c: QueueCount) -> dict[str, Any]:
     return {"queue": c.queue, "task": c.task, "state": c.state, "count": c.count}
 
 
+def job_filter(f: JobFilter) -> dict[str, Any]:
+    """The fields a filter sets."""
+    return {x.name: plain(getattr(f, x.name)) for x in fields(f) if getattr(f, x.name) is not None}
+
+
+def action(record: ActionRecord) -> dict[str, Any]:
+    """A bulk action run in the background, as its audit record says."""
+    return {f.name: plain(getattr(record, f.name)) for f in fields(record)}
+
+
 def bulk(result: BulkResult) -> dict[str, Any]:
     return {
         "action": result.action,
-        "filter": {
-            f.name: plain(getattr(result.filter, f.name))
-            for f in fields(result.filter)
-            if getattr(result.filter, f.name) is not None
-        },
+        "filter": job_filter(result.filter),
         "matched": result.matched,
         "done": result.done,
         "requested": result.requested,

@@ -120,3 +120,43 @@ def test_a_deadline_makes_a_held_job_rescuable_while_its_worker_lives(backend):
     rescued = backend.job_rescue(worker_ttl_s=7, now=later)
     assert rescued.requeued == [a.id]
     assert backend.job_get(job_id=b.id).lease_token == b.lease_token
+
+
+def test_bulk_actions_are_recorded_updated_and_listed_newest_first(backend):
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    backend.action_insert(
+        action_id="a1",
+        action="retry",
+        filter_json='{"states": ["failed"]}',
+        actor="ops",
+        matched=7,
+        now=t0,
+    )
+    backend.action_insert(
+        action_id="a2",
+        action="delete",
+        filter_json='{"queues": ["q"]}',
+        actor=None,
+        matched=0,
+        now=t0 + timedelta(seconds=1),
+    )
+    first = backend.action_get(action_id="a1")
+    assert (first.action, first.filter, first.actor, first.matched) == (
+        "retry",
+        {"states": ["failed"]},
+        "ops",
+        7,
+    )
+    assert (first.done, first.state, first.finished_at) == (0, "running", None)
+    backend.action_update(action_id="a1", done=3, requested=0, state="running", now=t0)
+    assert backend.action_get(action_id="a1").done == 3
+    end = t0 + timedelta(seconds=5)
+    backend.action_update(action_id="a1", done=7, requested=1, state="done", now=end)
+    done = backend.action_get(action_id="a1")
+    assert (done.done, done.requested, done.state, done.finished_at) == (7, 1, "done", end)
+    backend.action_update(
+        action_id="a2", done=0, requested=0, state="failed", error="boom", now=end
+    )
+    assert [a.id for a in backend.action_list(limit=10)] == ["a2", "a1"]
+    assert backend.action_get(action_id="a2").error == "boom"
+    assert backend.action_get(action_id="nope") is None

@@ -22,3 +22,18 @@ def send_email(to: str) -> str:
 @app.task
 def summarise(batch_id: int, counts: dict) -> None:
     return None
+
+
+@app.task(queue="accounts", sensitive=("password",))
+def sign_up(user: str, password: str) -> str:
+    return f"welcome {user}"
+
+
+@app.task(max_attempts=1)
+def fragile(flag: str) -> str:
+    """Fails until the file ``flag`` exists (the dashboard tests retry it then)."""
+    import os
+
+    if not os.path.exists(flag):
+        raise RuntimeError(f"{flag} is missing")
+    return "fixed"

@@ -190,3 +190,55 @@ def test_bulk_actions_by_filter_with_dry_run(api, producer):
     deleted = api.post("/v1/jobs/bulk-delete", json={"task": ["bulk_task"]}).json()
     assert deleted["done"] == 4 and producer.count_jobs(task="bulk_task") == {}
     assert producer.count_jobs(task="keep_me") == {"available": 1}
+
+
+def test_a_bulk_action_in_the_background_is_followed_and_kept_in_the_audit_log(server, producer):
+    from tests.server.conftest import wait_for
+
+    for i in range(1200):  # more than one transaction of 500
+        producer.enqueue("bulk_bg", [i])
+    _, token = producer.create_token("producer", name="night-shift")
+    with server.client() as anonymous:  # the server sees the token within 2 s
+        wait_for(lambda: anonymous.get("/v1/actions").status_code == 401, what="auth on")
+    with server.client(token) as api:
+        started = api.post("/v1/jobs/bulk-cancel", json={"task": ["bulk_bg"], "background": True})
+        assert started.status_code == 202, started.text
+        action = started.json()
+        assert (action["action"], action["matched"], action["actor"]) == (
+            "cancel",
+            1200,
+            "night-shift",
+        )
+        assert action["filter"] == {"tasks": ["bulk_bg"]}
+        final = wait_for(
+            lambda: (
+                (a := api.get(f"/v1/actions/{action['id']}").json())["state"] != "running" and a
+            ),
+            timeout=60,
+            what="the background action",
+        )
+        assert (final["state"], final["done"]) == ("done", 1200)
+        assert final["finished_at"] is not None
+        assert producer.count_jobs(task="bulk_bg") == {"cancelled": 1200}
+        assert [a["id"] for a in api.get("/v1/actions").json()["actions"]] == [action["id"]]
+        assert api.get("/v1/actions/nope").status_code == 404
+
+
+def test_sensitive_arguments_are_hidden_in_every_answer(api, producer):
+    sent = api.post("/v1/jobs", json={"task": "sign_up", "args": ["bob", "hunter2"]})
+    assert sent.status_code == 201, sent.text
+    job_id = sent.json()["id"]
+    by_kw = api.post(
+        "/v1/jobs", json={"task": "sign_up", "kwargs": {"user": "amy", "password": "pa55"}}
+    ).json()["id"]
+    answers = [
+        api.get(f"/v1/jobs/{job_id}").text,
+        api.get(f"/v1/jobs/{by_kw}").text,
+        api.get("/v1/jobs", params={"task": "sign_up"}).text,
+        sent.text,
+    ]
+    for text in answers:
+        assert "hunter2" not in text and "pa55" not in text
+    assert api.get(f"/v1/jobs/{job_id}").json()["args"] == ["bob", "***"]
+    assert api.get(f"/v1/jobs/{by_kw}").json()["kwargs"] == {"user": "amy", "password": "***"}
+    assert producer.get_job(job_id).args == ["bob", "hunter2"]  # stored as sent, for the handler

@@ -81,3 +81,16 @@ def test_operator_settings_are_checked(tmp_path):
         Conveyor(f"sqlite:///{tmp_path}/c.db", retention={"succeeded": 10**12})
     with pytest.raises(ConfigError, match="per finished state"):
         app.prune(retention={"running": 1})
+
+
+def test_a_sensitive_name_must_be_a_parameter() -> None:
+    import pytest as _pytest
+
+    from conveyor import Conveyor
+    from conveyor.errors import ConfigError
+
+    app = Conveyor("sqlite:///:memory:")
+    with _pytest.raises(ConfigError, match="sensitive: pasword is not a parameter of login"):
+
+        @app.task(sensitive=("pasword",))
+        def login(user: str, password: str) -> None: ...

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ..records import (
+    ActionRecord,
     ApiToken,
     Attempt,
     BatchRecord,
@@ -443,6 +444,39 @@ class ServerStore(abc.ABC):
 
     @abc.abstractmethod
     def token_count_active(self) -> int: ...
+
+    @abc.abstractmethod
+    def action_insert(
+        self,
+        *,
+        action_id: str,
+        action: str,
+        filter_json: str,
+        actor: str | None,
+        matched: int,
+        now: datetime | None = None,
+    ) -> None:
+        """Record a bulk action that starts now (state running)."""
+
+    @abc.abstractmethod
+    def action_update(
+        self,
+        *,
+        action_id: str,
+        done: int,
+        requested: int,
+        state: str,
+        error: str | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        """Its progress, or its end (state done or failed)."""
+
+    @abc.abstractmethod
+    def action_list(self, *, limit: int = 50) -> list[ActionRecord]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def action_get(self, *, action_id: str) -> ActionRecord | None: ...
 
     @abc.abstractmethod
     def task_settings_list(self) -> list[TaskSettings]: ...

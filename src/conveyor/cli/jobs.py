@@ -14,6 +14,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from .. import serialize
 from ..app import Conveyor
 from ..job import Job
 from ..records import Attempt, JobFilter, JobState
@@ -201,6 +202,7 @@ def job_fields(job: Job) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", justify="right")
     grid.add_column(overflow="fold")
+    shown = serialize.job(job)  # sensitive arguments hidden
     rows: list[tuple[str, Any]] = [
         ("job", Text(f"{job.id}", style="bold")),
         ("task", job.task),
@@ -208,8 +210,8 @@ def job_fields(job: Job) -> Table:
         ("state", state_text(job.state)),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("priority", job.priority),
-        ("args", json.dumps(job.args)),
-        ("kwargs", json.dumps(job.kwargs)),
+        ("args", json.dumps(shown["args"])),
+        ("kwargs", json.dumps(shown["kwargs"])),
         ("created", when(job.created_at)),
         ("due", when(job.scheduled_at)),
         ("started", when(job.started_at)),

@@ -11,13 +11,14 @@ from .. import __version__
 from ..app import DEFAULT_URL
 from ..task import SEND_OPTIONS
 from .batches import batches_group
+from .bench import bench
 from .core import CliError, ConveyorGroup, State, app_option, make_state, pass_state
 from .demo import demo
 from .jobs import jobs_group
 from .periodic import periodic_group
 from .prune import prune
 from .queues import queues_group
-from .server import server
+from .server import dashboard, server
 from .status import status
 from .tasks import tasks_group
 from .tokens import tokens_group
@@ -61,9 +62,11 @@ def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     conveyor prune --dry-run                 apply retention to finished jobs now
     conveyor periodic list --app myapp:app   cron schedules and their next ticks
     conveyor server --app myapp:app          the HTTP API (REST, remote workers, asyncflow)
+    conveyor dashboard --app myapp:app       the web dashboard (the server, at /)
     conveyor tokens create --scope admin     API tokens for the server
     conveyor tasks settings set lark ...     per-task-type settings, no redeploy
     conveyor demo                            see it all work on a throwaway SQLite file
+    conveyor bench -d URL                    measure enqueue, drain and latency there
 
     Errors print one `error: ...` line and exit with status 2.
     """
@@ -193,8 +196,10 @@ cli.add_command(prune)
 cli.add_command(periodic_group)
 cli.add_command(demo)
 cli.add_command(server)
+cli.add_command(dashboard)
 cli.add_command(tokens_group)
 cli.add_command(tasks_group)
+cli.add_command(bench)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import logging
 
 import click
 
+from ..errors import redact_url
 from ..observability.logs import configure as configure_logging
 from ..server import create_app, is_loopback
 from ..server.context import DEFAULT_MAX_BODY
@@ -110,7 +111,9 @@ def server(
         worker_ttl_s=worker_ttl_s,
         max_wait_s=max_wait_s,
     )
-    log.info("serving %s on http://%s:%d (docs at /docs)", app.url.split("?")[0], host, port)
+    log.info(
+        "serving %s on http://%s:%d (docs at /docs)", redact_url(app.url).split("?")[0], host, port
+    )
     # open event streams never end by themselves: a stop waits 5 s for them, then closes them
     uvicorn.run(
         api,
@@ -120,3 +123,18 @@ def server(
         access_log=access_log,
         timeout_graceful_shutdown=5,
     )
+
+
+@click.command("dashboard", short_help="Serve the web dashboard (the server, at /).")
+@app_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8081, show_default=True, help="Port to bind."
+)
+@click.pass_context
+def dashboard(ctx: click.Context, host: str, port: int) -> None:
+    """Serve the web dashboard: `conveyor server` with its defaults, whose `/` is
+    the dashboard. Open the URL it prints; sign in with an API token if the
+    database has any (`conveyor tokens create --scope read|producer|admin`)."""
+    click.echo(f"dashboard: http://{host}:{port}/  (Ctrl-C stops it)", err=True)
+    ctx.invoke(server, host=host, port=port)

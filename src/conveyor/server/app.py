@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter, FastAPI
 
 from .. import __version__
-from . import errors, limits
+from . import dashboard, errors, limits
 from .context import DEFAULT_MAX_BODY, ServerContext, is_loopback
 from .routes import (
     asyncflow,
@@ -54,6 +54,7 @@ ROUTERS: list[tuple[str, RouterFactory]] = [
     ("/v1", events.router),
     ("", metrics.router),
     ("/api", asyncflow.router),
+    ("", dashboard.router),
 ]
 
 

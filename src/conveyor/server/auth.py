@@ -30,39 +30,66 @@ def _refuse(status: int, detail: str) -> HTTPException:
     return HTTPException(status_code=status, detail=detail, headers=headers)
 
 
+#: the dashboard's session: the token, in an HttpOnly, SameSite=Strict cookie
+COOKIE = "conveyor_token"
+#: a write authenticated by the cookie must carry this header, which a page from
+#: another site cannot send without the browser asking this server first (CORS)
+DASHBOARD_HEADER = "x-conveyor-dashboard"
+
+
+async def authorize(
+    ctx: ServerContext, request: Request, raw: str | None, scope: TokenScope
+) -> ApiToken | None:
+    """The caller's token (``raw``: from the Authorization header, else the
+    dashboard's cookie), checked for ``scope``; ``None`` on an open server.
+    Raises 401 or 403."""
+    if ctx.tokens_required is False:
+        return None
+    app = ctx.conveyor
+    required = bool(ctx.tokens_required)
+    if not required:
+        required = await asyncio.to_thread(app.tokens_configured)
+    if not required:
+        host = request.client.host if request.client else None
+        if not is_loopback(host):
+            raise _refuse(
+                401,
+                "this server has no API tokens yet, so it serves loopback clients only; "
+                "create one with `conveyor tokens create --scope ...` and send it as "
+                "`Authorization: Bearer <token>`",
+            )
+        return None
+    if raw is None:
+        raise _refuse(401, "an API token is required: `Authorization: Bearer <token>`")
+    token = await asyncio.to_thread(app.authenticate, raw)
+    if token is None:
+        raise _refuse(401, "the API token is not valid (unknown, revoked or mistyped)")
+    if not token.scope.allows(scope):
+        raise _refuse(
+            403, f"a {token.scope} token cannot do this: it needs the {scope} scope (or admin)"
+        )
+    return token
+
+
 def requires(ctx: ServerContext, scope: TokenScope) -> Any:
     """A dependency: the caller's token must allow ``scope`` (read < producer,
-    worker < admin). Returns the token, or ``None`` on an open server."""
+    worker < admin). Returns the token, or ``None`` on an open server. A browser
+    signed in to the dashboard sends its token as a cookie instead of the header."""
 
     async def check(
         request: Request,
         credentials: HTTPAuthorizationCredentials | None = Security(bearer),
     ) -> ApiToken | None:
-        if ctx.tokens_required is False:
-            return None
-        app = ctx.conveyor
-        required = bool(ctx.tokens_required)
-        if not required:
-            required = await asyncio.to_thread(app.tokens_configured)
-        if not required:
-            host = request.client.host if request.client else None
-            if not is_loopback(host):
+        raw = credentials.credentials if credentials is not None else None
+        if raw is None and COOKIE in request.cookies:
+            raw = request.cookies[COOKIE]
+            if request.method not in ("GET", "HEAD") and DASHBOARD_HEADER not in request.headers:
                 raise _refuse(
-                    401,
-                    "this server has no API tokens yet, so it serves loopback clients only; "
-                    "create one with `conveyor tokens create --scope ...` and send it as "
+                    403,
+                    "a change signed in by the dashboard's cookie must come from the "
+                    f"dashboard (the {DASHBOARD_HEADER} header); API clients send "
                     "`Authorization: Bearer <token>`",
                 )
-            return None
-        if credentials is None:
-            raise _refuse(401, "an API token is required: `Authorization: Bearer <token>`")
-        token = await asyncio.to_thread(app.authenticate, credentials.credentials)
-        if token is None:
-            raise _refuse(401, "the API token is not valid (unknown, revoked or mistyped)")
-        if not token.scope.allows(scope):
-            raise _refuse(
-                403, f"a {token.scope} token cannot do this: it needs the {scope} scope (or admin)"
-            )
-        return token
+        return await authorize(ctx, request, raw, scope)
 
     return Depends(check)

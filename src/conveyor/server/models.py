@@ -139,6 +139,11 @@ class BulkAction(FilterFields):
 
     all: bool = Field(False, description="required to act on every job (an empty filter)")
     dry_run: bool = Field(False, description="only count what would change")
+    background: bool = Field(
+        False,
+        description="run in the background and answer 202 with the action's record at "
+        "once; follow it at /v1/actions/{id} (the audit log of bulk actions)",
+    )
 
     def checked_filter(self) -> JobFilter:
         f = self.to_filter()

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...records import (
+    ActionRecord,
     ApiToken,
     Attempt,
     BatchRecord,
@@ -41,6 +42,7 @@ from ..interfaces import CAPABILITIES, Backend
 from .loader import Migration
 from .logic import KeyPair, callback_insert, check_schema, close_state, insert_resolving
 from .rows import (
+    action_from_row,
     attempt_from_row,
     batch_from_row,
     chain_link_from_row,
@@ -707,6 +709,55 @@ class SqlBackend(Backend):
 
     def token_count_active(self) -> int:
         return int(self._rows("token_count_active", {})[0]["n"])
+
+    def action_insert(
+        self,
+        *,
+        action_id: str,
+        action: str,
+        filter_json: str,
+        actor: str | None,
+        matched: int,
+        now: datetime | None = None,
+    ) -> None:
+        params = {
+            "id": action_id,
+            "action": action,
+            "filter": filter_json,
+            "actor": actor,
+            "matched": matched,
+            "now": self._now(now),
+        }
+        with self._tx() as cur:
+            self._qc(cur, "action_insert", params)
+
+    def action_update(
+        self,
+        *,
+        action_id: str,
+        done: int,
+        requested: int,
+        state: str,
+        error: str | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        params = {
+            "id": action_id,
+            "done": done,
+            "requested": requested,
+            "state": state,
+            "error": error,
+            "now": self._now(now),
+        }
+        with self._tx() as cur:
+            self._qc(cur, "action_update", params)
+
+    def action_list(self, *, limit: int = 50) -> list[ActionRecord]:
+        return [action_from_row(r, self._ts) for r in self._rows("action_list", {"limit": limit})]
+
+    def action_get(self, *, action_id: str) -> ActionRecord | None:
+        rows = self._rows("action_get", {"id": action_id})
+        return action_from_row(rows[0], self._ts) if rows else None
 
     def task_settings_list(self) -> list[TaskSettings]:
         return [task_settings_from_row(r, self._ts) for r in self._rows("task_settings_list", {})]

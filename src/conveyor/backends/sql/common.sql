@@ -436,3 +436,21 @@ WHERE (:batch_id = 0 OR b.id = :batch_id)
   AND {CHANGE_HORIZON(b.changed)}
 ORDER BY b.changed, b.id
 LIMIT :limit
+
+-- Bulk actions run in the background and their audit record (schema v13).
+
+-- name: action_insert
+INSERT INTO conveyor_actions (id, action, filter, actor, matched, state, created_at)
+VALUES (:id, :action, :filter, :actor, :matched, 'running', {NOW})
+
+-- name: action_update
+UPDATE conveyor_actions
+SET done = :done, requested = :requested, state = :state, error = :error,
+    finished_at = CASE WHEN :state = 'running' THEN NULL ELSE {NOW} END
+WHERE id = :id
+
+-- name: action_list
+SELECT * FROM conveyor_actions ORDER BY created_at DESC, id DESC LIMIT :limit
+
+-- name: action_get
+SELECT * FROM conveyor_actions WHERE id = :id

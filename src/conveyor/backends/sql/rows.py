@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...records import (
+    ActionRecord,
     ApiToken,
     Attempt,
     BatchRecord,
@@ -154,6 +155,22 @@ def chain_link_from_row(row: dict[str, Any]) -> ChainLink:
         error=row["error"],
         chain=json.loads(row["chain"]),
         chain_root=row["chain_root"],
+    )
+
+
+def action_from_row(row: dict[str, Any], ts: Ts) -> ActionRecord:
+    return ActionRecord(
+        id=row["id"],
+        action=row["action"],
+        filter=json.loads(row["filter"]),
+        actor=row["actor"],
+        matched=int(row["matched"]),
+        done=int(row["done"]),
+        requested=int(row["requested"]),
+        state=row["state"],
+        error=row["error"],
+        created_at=ts(row["created_at"]) or datetime.now(UTC),
+        finished_at=ts(row["finished_at"]),
     )
 
 

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from ... import serialize
 from ...errors import ConfigError, Conflict
-from ...records import JobState
+from ...records import ApiToken, JobState
 from ..auth import ADMIN, PRODUCER, READ, requires
 from ..context import ServerContext
 from ..models import (
@@ -168,29 +168,59 @@ def router(ctx: ServerContext) -> APIRouter:
             raise Conflict(f"job {job_id} is running: cancel it first, or wait for it to end")
         return Response(status_code=204)
 
+    def bulk(action: str, body: BulkAction, token: ApiToken | None) -> Any:
+        f = body.checked_filter()
+        if body.background and not body.dry_run:
+            actor = "open server (loopback)" if token is None else (token.name or token.id)
+            record = app.start_bulk(action, f, actor=actor)
+            return JSONResponse(serialize.action(record), status_code=202)
+        return serialize.bulk(app.bulk_method(action)(f, dry_run=body.dry_run))
+
+    # the token names who ran an action; a default, as annotations here are strings
+    as_producer, as_admin = requires(ctx, PRODUCER), requires(ctx, ADMIN)
+    background: dict[int | str, dict[str, Any]] = {
+        202: {"description": "background: the action's record; it runs on"}
+    }
+
     @r.post(
         "/jobs/bulk-retry",
         summary="Retry every failed or cancelled job matching a filter",
-        dependencies=[requires(ctx, PRODUCER)],
+        responses=background,
     )
-    def bulk_retry(body: BulkAction) -> Any:
-        return serialize.bulk(app.retry_jobs(body.checked_filter(), dry_run=body.dry_run))
+    def bulk_retry(body: BulkAction, token: ApiToken | None = as_producer) -> Any:
+        return bulk("retry", body, token)
 
     @r.post(
         "/jobs/bulk-cancel",
         summary="Cancel every unfinished job matching a filter",
-        dependencies=[requires(ctx, PRODUCER)],
+        responses=background,
     )
-    def bulk_cancel(body: BulkAction) -> Any:
-        return serialize.bulk(app.cancel_jobs(body.checked_filter(), dry_run=body.dry_run))
+    def bulk_cancel(body: BulkAction, token: ApiToken | None = as_producer) -> Any:
+        return bulk("cancel", body, token)
 
     @r.post(
         "/jobs/bulk-delete",
         summary="Delete every job matching a filter that is not running",
-        dependencies=[requires(ctx, ADMIN)],
+        responses=background,
     )
-    def bulk_delete(body: BulkAction) -> Any:
-        return serialize.bulk(app.delete_jobs(body.checked_filter(), dry_run=body.dry_run))
+    def bulk_delete(body: BulkAction, token: ApiToken | None = as_admin) -> Any:
+        return bulk("delete", body, token)
+
+    @r.get(
+        "/actions",
+        summary="Bulk actions run in the background, newest first (the audit log)",
+        dependencies=[requires(ctx, READ)],
+    )
+    def list_actions(limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> Any:
+        return {"actions": [serialize.action(a) for a in app.bulk_actions(limit=limit)]}
+
+    @r.get(
+        "/actions/{action_id}",
+        summary="One bulk action: who asked, what it matched, how far it got",
+        dependencies=[requires(ctx, READ)],
+    )
+    def get_action(action_id: Annotated[str, Path(max_length=64)]) -> Any:
+        return serialize.action(app.bulk_action(action_id))
 
     return r
 

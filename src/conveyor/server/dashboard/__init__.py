@@ -1,0 +1,510 @@
+"""The web dashboard, served by ``conveyor server`` at ``/``.
+
+Pages are rendered on the server (Jinja2) from the façade and the one
+serialisation (``serialize``); a small script (``static/app.js``) updates them
+from the SSE streams and runs actions through the same ``/v1`` API as every other
+client. Every asset ships in the package: nothing is fetched from the network.
+
+Sign-in: the token is posted once to ``/login`` and kept in an HttpOnly,
+SameSite=Strict cookie, never in a URL; the API accepts that cookie too, and a
+change made with it must carry the dashboard's header (see ``auth``). An open
+server (no tokens, loopback only) needs no sign-in. What a token may do decides
+which buttons a page shows; the API refuses the rest anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from itertools import pairwise
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from ... import serialize
+from ...errors import JobNotFound
+from ...records import ApiToken, JobFilter, JobState, TokenScope
+from ..auth import COOKIE, authorize
+from ..context import ServerContext
+
+log = logging.getLogger("conveyor.dashboard")
+
+STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+STATES = [s.value for s in JobState]
+PAGE = 50
+
+env = Environment(
+    loader=PackageLoader("conveyor.server.dashboard", "templates"),
+    autoescape=select_autoescape(["html"]),
+)
+env.filters["tojson_attr"] = lambda v: json.dumps(v, default=str)
+
+
+def _ago(value: Any) -> str:
+    if not value:
+        return "-"
+    when = datetime.fromisoformat(value) if isinstance(value, str) else value
+    secs = (datetime.now(UTC) - when).total_seconds()
+    if secs < 0:
+        return f"in {_span(-secs)}"
+    return f"{_span(secs)} ago"
+
+
+def _span(secs: float) -> str:
+    if secs < 1:
+        return f"{secs * 1000:.0f} ms"
+    if secs < 120:
+        return f"{secs:.0f} s"
+    if secs < 7200:
+        return f"{secs / 60:.0f} min"
+    return f"{secs / 3600:.1f} h"
+
+
+env.filters["ago"] = _ago
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who is looking: their token (None on an open server)."""
+
+    token: ApiToken | None
+
+    def can(self, scope: TokenScope) -> bool:
+        return self.token is None or self.token.scope.allows(scope)
+
+    @property
+    def label(self) -> str:
+        if self.token is None:
+            return "open server (loopback)"
+        return f"{self.token.name or self.token.id} ({self.token.scope})"
+
+
+class History:
+    """The last hour as the overview charts it: every ``every_s`` seconds, jobs
+    finished so far and the oldest waiting job's age, per queue, read from the
+    count rollup and the waiting index (no scan). Kept in memory from the first
+    dashboard visit on, so a chart starts when the server does."""
+
+    def __init__(self, ctx: ServerContext, every_s: float = 10.0, keep_s: float = 3600.0) -> None:
+        self.ctx, self.every_s = ctx, every_s
+        self.points: deque[tuple[float, dict[str, int], dict[str, float]]] = deque(
+            maxlen=int(keep_s / every_s) + 1
+        )
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="conveyor-dashboard-history", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.every_s)  # the first sample was taken by the first visit
+            try:
+                self.sample()
+            except Exception as exc:  # the database may be down for a while: try again
+                log.debug("dashboard history: %s", exc)
+
+    def sample(self) -> None:
+        app = self.ctx.conveyor
+        finished: dict[str, int] = {}
+        for c in app.counts():
+            if JobState(c.state).finished:
+                finished[c.queue] = finished.get(c.queue, 0) + c.count
+                key = f"@{c.state}"  # totals per final state, across queues
+                finished[key] = finished.get(key, 0) + c.count
+        now = datetime.now(UTC)
+        waits = {q: max(0.0, (now - t).total_seconds()) for q, t in app.oldest_waiting().items()}
+        self.points.append((time.time(), finished, waits))
+
+    def series(self) -> list[dict[str, Any]]:
+        """Per queue: finished per minute and oldest wait (s), as SVG polylines."""
+        pts = list(self.points)
+        queues = sorted({q for _, f, w in pts for q in (*f, *w) if not q.startswith("@")})
+        out = []
+        for q in queues:
+            rate = []
+            for (t0, f0, _), (t1, f1, _) in pairwise(pts):
+                done = max(0, f1.get(q, 0) - f0.get(q, 0))  # pruning can lower a count
+                rate.append((t1, done * 60 / max(t1 - t0, 1e-6)))
+            wait = [(t, w.get(q, 0.0)) for t, _, w in pts]
+            out.append(
+                {
+                    "queue": q,
+                    "rate": _polyline(rate),
+                    "rate_now": round(rate[-1][1]) if rate else None,
+                    "rate_max": round(max((v for _, v in rate), default=0)),
+                    "wait": _polyline(wait),
+                    "wait_now": _span(wait[-1][1]) if wait else None,
+                    "wait_max": _span(max((v for _, v in wait), default=0)),
+                }
+            )
+        return out
+
+    def window(self) -> dict[str, Any]:
+        """Jobs that ended per final state between the oldest sample kept (at most
+        an hour ago) and now, from the rollup's totals: no scan of the jobs."""
+        pts = list(self.points)
+        if len(pts) < 2:
+            return {"span": None}
+        (t0, f0, _), (t1, f1, _) = pts[0], pts[-1]
+        out: dict[str, Any] = {"span": _span(t1 - t0)}
+        for state in ("succeeded", "failed", "cancelled"):
+            key = f"@{state}"
+            out[state] = max(0, f1.get(key, 0) - f0.get(key, 0))
+        out["per_min"] = round(
+            (out["succeeded"] + out["failed"] + out["cancelled"]) * 60 / max(t1 - t0, 1e-6), 1
+        )
+        return out
+
+
+def _polyline(points: list[tuple[float, float]], w: int = 240, h: int = 40) -> str:
+    """SVG polyline points over the last hour (x: time, y: value scaled to its max)."""
+    if not points:
+        return ""
+    end = time.time()
+    top = max(v for _, v in points) or 1.0
+    return " ".join(
+        f"{max(0.0, w - (end - t) / 3600 * w):.1f},{h - v / top * (h - 2) - 1:.1f}"
+        for t, v in points
+    )
+
+
+def router(ctx: ServerContext) -> APIRouter:
+    r = APIRouter(include_in_schema=False)
+    app = ctx.conveyor
+    history = History(ctx)
+
+    async def viewer(request: Request) -> Viewer | Response:
+        try:
+            token = await authorize(ctx, request, request.cookies.get(COOKIE), TokenScope.READ)
+        except HTTPException as exc:
+            if exc.status_code == 401 and "loopback clients only" not in str(exc.detail):
+                target = quote(
+                    request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                )
+                return RedirectResponse(f"/login?next={target}", status_code=303)
+            return HTMLResponse(f"<h1>{exc.status_code}</h1><p>{exc.detail}</p>", exc.status_code)
+        return Viewer(token)
+
+    def render(name: str, request: Request, who: Viewer, **data: Any) -> HTMLResponse:
+        html = env.get_template(name).render(
+            request=request,
+            who=who,
+            can_produce=who.can(TokenScope.PRODUCER),
+            can_admin=who.can(TokenScope.ADMIN),
+            open_server=who.token is None,
+            **data,
+        )
+        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+
+    @r.get("/static/{name}")
+    def static(name: str) -> Response:
+        if name not in STATIC:
+            raise HTTPException(404, f"no dashboard asset {name!r}")
+        body = resources.files(__package__ or __name__).joinpath("static", name).read_bytes()
+        return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
+
+    @r.get("/favicon.ico")
+    def favicon() -> Response:
+        return Response(status_code=204)
+
+    @r.get("/login", response_class=HTMLResponse)
+    def login_page(request: Request, next: str = "/", error: str | None = None) -> HTMLResponse:
+        html = env.get_template("login.html").render(
+            request=request, next=_local(next), error=error, who=None
+        )
+        return HTMLResponse(html)
+
+    @r.post("/login")
+    async def login(request: Request) -> Response:
+        # a urlencoded form, read by hand (FastAPI's Form needs python-multipart)
+        body = parse_qs((await request.body()).decode("utf-8", "replace"))
+        token = body.get("token", [""])[0]
+        next = body.get("next", ["/"])[0]
+        found = await asyncio.to_thread(app.authenticate, token.strip()) if token.strip() else None
+        if found is None:
+            query = urlencode({"next": _local(next), "error": "That token is not valid."})
+            return RedirectResponse(f"/login?{query}", status_code=303)
+        response = RedirectResponse(_local(next), status_code=303)
+        response.set_cookie(
+            COOKIE,
+            token.strip(),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        return response
+
+    @r.post("/logout")
+    def logout() -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    @r.get("/", response_class=HTMLResponse)
+    async def overview(request: Request) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+        if history._thread is None:
+            await asyncio.to_thread(history.sample)  # a first point at once
+            history.start()
+
+        def gather() -> dict[str, Any]:
+            now = datetime.now(UTC)
+            workers = [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
+            return {
+                "queues": [serialize.queue(q) for q in app.queues()],
+                "oldest": {q: _ago(t) for q, t in app.oldest_waiting().items()},
+                "unserved": [
+                    serialize.count(c) for c in app.unserved(worker_ttl_s=ctx.worker_ttl_s)
+                ],
+                "alive": sum(1 for w in workers if w["alive"]),
+                "silent": sum(1 for w in workers if not w["alive"]),
+                "recent": history.window(),
+                "open_batches": app.open_batches(),
+                "states": STATES,
+                "charts": history.series(),
+                "chart_points": len(history.points),
+            }
+
+        return render("overview.html", request, who, **await asyncio.to_thread(gather))
+
+    @r.get("/jobs", response_class=HTMLResponse)
+    async def jobs(
+        request: Request,
+        state: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        batch_id: str | None = None,
+        tenant: str | None = None,
+        search: str | None = None,
+        stage: str | None = None,
+        created_after: str | None = None,
+        created_before: str | None = None,
+        before: str | None = None,
+    ) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+        filters = {
+            k: v.strip()
+            for k, v in {
+                "state": state,
+                "queue": queue,
+                "task": task,
+                "batch_id": batch_id,
+                "tenant": tenant,
+                "search": search,
+                "stage": stage,
+                "created_after": created_after,
+                "created_before": created_before,
+            }.items()
+            if v and v.strip()
+        }
+        error = None
+        try:
+            f = JobFilter(
+                states=(JobState(filters["state"]),) if "state" in filters else None,
+                queues=(filters["queue"],) if "queue" in filters else None,
+                tasks=(filters["task"],) if "task" in filters else None,
+                batch_id=int(filters["batch_id"]) if "batch_id" in filters else None,
+                tenant=filters.get("tenant"),
+                search=filters.get("search"),
+                stage=filters.get("stage"),
+                created_after=_moment(filters.get("created_after")),
+                created_before=_moment(filters.get("created_before")),
+            )
+            before_id = int(before) if before else None
+        except ValueError as exc:
+            f, before_id, error = JobFilter(), None, f"bad filter: {exc}"
+
+        def gather() -> dict[str, Any]:
+            rows = app.list_jobs(f, limit=PAGE, before_id=before_id)
+            return {"jobs": [serialize.job(j) for j in rows], "more": len(rows) == PAGE}
+
+        data = await asyncio.to_thread(gather)
+        next_before = data["jobs"][-1]["id"] if data["more"] and not error else None
+        return render(
+            "jobs.html",
+            request,
+            who,
+            filters=filters,
+            states=STATES,
+            error=error,
+            next_url=f"/jobs?{urlencode({**filters, 'before': next_before})}"
+            if next_before
+            else None,
+            filter_json=json.dumps({} if error else _api_filter(filters)),
+            **data,
+        )
+
+    @r.get("/jobs/{job_id}", response_class=HTMLResponse)
+    async def job(request: Request, job_id: int) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+
+        def gather() -> dict[str, Any]:
+            record = app.get_job(job_id)
+            return {
+                "job": serialize.job(record),
+                "attempts": [serialize.attempt(a) for a in app.job_attempts(job_id)],
+                "why": app.why_waiting(job_id, worker_ttl_s=ctx.worker_ttl_s),
+            }
+
+        try:
+            data = await asyncio.to_thread(gather)
+        except JobNotFound:
+            return HTMLResponse(f"<h1>404</h1><p>no job with id {job_id}</p>", 404)
+        return render("job.html", request, who, pretty=_pretty, **data)
+
+    @r.get("/batches", response_class=HTMLResponse)
+    async def batches(request: Request, state: str | None = None) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+
+        def gather() -> list[dict[str, Any]]:
+            rows = app.list_batches(state=state or None, limit=PAGE)
+            return [serialize.batch(b.record, b.progress()) for b in rows]
+
+        return render("batches.html", request, who, batches=await asyncio.to_thread(gather))
+
+    @r.get("/batches/{batch_id}", response_class=HTMLResponse)
+    async def batch(request: Request, batch_id: int) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+
+        def gather() -> dict[str, Any]:
+            b = app.get_batch(batch_id)
+            failed = app.list_jobs(
+                JobFilter(batch_id=batch_id, states=(JobState.FAILED,)), limit=20
+            )
+            return {
+                "batch": serialize.batch(b.record, b.progress()),
+                "failures": [serialize.job(j) for j in failed],
+                "first": [serialize.job(j) for j in app.batch_finished_jobs(batch_id, limit=10)],
+            }
+
+        try:
+            data = await asyncio.to_thread(gather)
+        except JobNotFound:
+            return HTMLResponse(f"<h1>404</h1><p>no batch with id {batch_id}</p>", 404)
+        return render("batch.html", request, who, pretty=_pretty, **data)
+
+    @r.get("/workers", response_class=HTMLResponse)
+    async def workers(request: Request) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+
+        def gather() -> list[dict[str, Any]]:
+            now = datetime.now(UTC)
+            return [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
+
+        return render("workers.html", request, who, workers=await asyncio.to_thread(gather))
+
+    @r.get("/tasks", response_class=HTMLResponse)
+    async def tasks(request: Request) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+
+        def gather() -> dict[str, Any]:
+            settings = [serialize.task_settings(s) for s in app.task_settings()]
+            names = sorted({*app.tasks, *(s["task"] for s in settings)})
+            return {"settings": settings, "names": names}
+
+        return render("tasks.html", request, who, **await asyncio.to_thread(gather))
+
+    @r.get("/actions", response_class=HTMLResponse)
+    async def actions(request: Request) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+
+        def gather() -> list[dict[str, Any]]:
+            return [serialize.action(a) for a in app.bulk_actions(limit=200)]
+
+        return render("actions.html", request, who, actions=await asyncio.to_thread(gather))
+
+    @r.get("/trigger", response_class=HTMLResponse)
+    async def trigger(request: Request, again: int | None = Query(None)) -> Response:
+        who = await viewer(request)
+        if not isinstance(who, Viewer):
+            return who
+
+        def gather() -> dict[str, Any]:
+            names = sorted({*app.tasks, *(s.task for s in app.task_settings())})
+            preset: dict[str, Any] = {}
+            if again is not None:
+                shown = serialize.job(app.get_job(again))  # sensitive values stay hidden
+                preset = {
+                    "task": shown["task"],
+                    "args": json.dumps(shown["args"]),
+                    "kwargs": json.dumps(shown["kwargs"]),
+                    "queue": shown["queue"],
+                    "priority": shown["base_priority"] or shown["priority"],
+                }
+            return {"names": names, "preset": preset}
+
+        try:
+            data = await asyncio.to_thread(gather)
+        except JobNotFound:
+            return HTMLResponse(f"<h1>404</h1><p>no job with id {again}</p>", 404)
+        return render("trigger.html", request, who, **data)
+
+    return r
+
+
+def _local(target: str) -> str:
+    """Only paths on this server are redirect targets (no open redirect)."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+def _moment(text: str | None) -> datetime | None:
+    """A time from the page's filter (a browser's datetime-local is naive: UTC)."""
+    if not text:
+        return None
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _api_filter(filters: dict[str, str]) -> dict[str, Any]:
+    """The page's filter as the bulk-action API takes it."""
+    out: dict[str, Any] = {}
+    for key in ("state", "queue", "task"):
+        if key in filters:
+            out[key] = [filters[key]]
+    if "batch_id" in filters:
+        out["batch_id"] = int(filters["batch_id"])
+    for key in ("tenant", "search", "stage"):
+        if key in filters:
+            out[key] = filters[key]
+    for key in ("created_after", "created_before"):
+        if key in filters:
+            moment = _moment(filters[key])
+            out[key] = moment.isoformat() if moment else None
+    return out
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str, ensure_ascii=False)
