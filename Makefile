@@ -21,6 +21,7 @@ demo: install ## run the demo on embedded SQLite (no server needed)
 	$(VENV)/bin/conveyor demo
 
 test: install ## run the whole suite on SQLite and PostgreSQL (finds or starts PostgreSQL)
+	@bash scripts/ensure-chromium.sh || exit 1
 	@url=$$(PYTHON=$(PY) bash scripts/ensure-postgres.sh) || exit 1; \
 	echo "PostgreSQL for tests: $$url"; \
 	CONVEYOR_TEST_POSTGRES_URL=$$url $(PY) -m pytest $(PYTEST_ARGS)

@@ -174,8 +174,10 @@ def test_chain_links_advance_once(backend):
     [link] = backend.job_chain_due()
     assert (link.id, link.state, len(link.chain)) == (res.id, "succeeded", 3)
     nxt = next_step_insert(link.id, link.chain_root, link.result_json, link.chain)
-    next_id = backend.job_chain_advance(job_id=link.id, next_job=nxt)
-    assert backend.job_chain_advance(job_id=link.id, next_job=nxt) == next_id  # idempotent
+    next_id = backend.job_chain_advance(job_id=link.id, next_job=nxt, state=link.state)
+    assert (
+        backend.job_chain_advance(job_id=link.id, next_job=nxt, state=link.state) == next_id
+    )  # idempotent
     assert backend.job_chain_due() == []
     child = backend.job_get(job_id=next_id)
     assert (child.task, child.args, child.chain_root) == ("next", [{"r": 1}, "x"], res.id)
@@ -189,7 +191,7 @@ def test_failed_step_ends_the_chain(backend):
     [job] = fetch(backend)
     backend.job_finalize_many(worker_id="w1", outcomes=[done(job, state="failed", error="x")])
     [link] = backend.job_chain_due()
-    assert backend.job_chain_advance(job_id=link.id, next_job=None) is None
+    assert backend.job_chain_advance(job_id=link.id, next_job=None, state=link.state) is None
     assert backend.job_get(job_id=res.id).chain_next == 0
     assert backend.job_chain_due() == []
 
@@ -235,10 +237,36 @@ def test_retrying_a_failed_chain_step_resumes_the_chain(backend):
     [job] = fetch(backend)
     backend.job_finalize_many(worker_id="w1", outcomes=[done(job, state="failed", error="x")])
     [link] = backend.job_chain_due()
-    backend.job_chain_advance(job_id=link.id, next_job=None)  # the chain ended here
+    backend.job_chain_advance(
+        job_id=link.id, next_job=None, state=link.state
+    )  # the chain ended here
     assert backend.job_get(job_id=res.id).chain_next == 0
     assert backend.job_retry_many(filter=JobFilter(ids=[res.id])) == [res.id]
     assert backend.job_get(job_id=res.id).chain_next is None  # open again
     [again] = fetch(backend)
     backend.job_finalize_many(worker_id="w1", outcomes=[done(again, result_json="5")])
     assert [link.id for link in backend.job_chain_due()] == [res.id]  # the next step is due
+
+
+def test_a_retry_between_reading_a_failed_step_and_linking_it_keeps_the_chain_open(backend):
+    # The linker read the step as failed; an operator retried it before the link was
+    # written. The stale "chain ended here" must not be written on the rerun (it
+    # used to be: the rerun then succeeded with the chain marked ended, and the
+    # chain's result was the middle step's).
+    step = {"queue": "q", "task": "t", "args": [], "kwargs": {}}
+    [res] = backend.job_insert_many(jobs=[ins()._replace(chain_json=json.dumps([step]))])
+    [job] = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(job, state="failed", error="x")])
+    [stale] = backend.job_chain_due()
+    assert backend.job_retry_many(filter=JobFilter(ids=[res.id])) == [res.id]
+    assert backend.job_chain_advance(job_id=stale.id, next_job=None, state=stale.state) is None
+    assert backend.job_get(job_id=res.id).chain_next is None  # still open
+    [again] = fetch(backend)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(again, result_json="5")])
+    [link] = backend.job_chain_due()
+    assert link.state == "succeeded"
+    from conveyor.flow import next_step_insert
+
+    nxt = next_step_insert(link.id, link.chain_root, link.result_json, link.chain)
+    next_id = backend.job_chain_advance(job_id=link.id, next_job=nxt, state=link.state)
+    assert next_id and backend.job_get(job_id=res.id).chain_next == next_id

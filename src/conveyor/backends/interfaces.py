@@ -385,10 +385,17 @@ class FlowStore(abc.ABC):
 
     @abc.abstractmethod
     def job_chain_advance(
-        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
+        self,
+        *,
+        job_id: int,
+        next_job: JobInsert | None,
+        state: str,
+        now: datetime | None = None,
     ) -> int | None:
         """Enqueue the next step (or, with ``None``, end the chain) and link it to the
-        job, in one transaction. Returns the next job's id."""
+        job, in one transaction, if the job is still in ``state`` (the state
+        ``job_chain_due`` read; it may have been retried since). Returns the next
+        job's id, or None if nothing was linked."""
 
 
 class CronStore(abc.ABC):

@@ -9,8 +9,7 @@ import click
 
 from ..errors import redact_url
 from ..observability.logs import configure as configure_logging
-from ..server import create_app, is_loopback
-from ..server.context import DEFAULT_MAX_BODY
+from ..server.context import DEFAULT_MAX_BODY, is_loopback
 from .core import CliError, State, app_option, pass_state
 from .worker import LOG_LEVELS
 
@@ -89,6 +88,8 @@ def server(
     clients only; it refuses to bind any other address until a token exists.
     """
     import uvicorn
+
+    from ..server.app import create_app
 
     configure_logging(log_level, log_format)
     app = state.app(auto_migrate=True)

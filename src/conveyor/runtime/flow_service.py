@@ -45,6 +45,6 @@ class FlowService(ThreadService):
             nxt = None
             if link.state == JobState.SUCCEEDED and link.chain:
                 nxt = next_step_insert(link.id, link.chain_root, link.result_json, link.chain)
-            self.backend.job_chain_advance(job_id=link.id, next_job=nxt, now=now)
+            self.backend.job_chain_advance(job_id=link.id, next_job=nxt, state=link.state, now=now)
             advanced += 1
         return closed, advanced

@@ -607,10 +607,23 @@ class SqlBackend(Backend):
         return [chain_link_from_row(r) for r in self._rows("job_chain_due", {"limit": limit})]
 
     def job_chain_advance(
-        self, *, job_id: int, next_job: JobInsert | None, now: datetime | None = None
+        self,
+        *,
+        job_id: int,
+        next_job: JobInsert | None,
+        state: str,
+        now: datetime | None = None,
     ) -> int | None:
         ts = self._now(now)
         with self._tx() as cur:
+            rows = self._q(cur, "job_chain_lock", {"id": job_id})
+            if not rows:  # deleted since it was read
+                return None
+            row = rows[0]
+            if row["chain_next"] is not None:  # linked already: advancing is idempotent
+                return int(row["chain_next"]) or None
+            if row["state"] != state:  # retried since it was read: a later pass decides
+                return None
             next_id = 0
             if next_job is not None:
                 created = self._insert_rows(cur, [next_job], ts)

@@ -310,6 +310,12 @@ WHERE chain IS NOT NULL AND chain_next IS NULL AND state IN ('succeeded', 'faile
 ORDER BY id
 LIMIT :limit
 
+-- name: job_chain_lock
+-- The step's link and state, locked until the link is written. The step must
+-- still be in the state the linker read: an operator's retry between the read
+-- and the link (failed -> available) must not have its rerun marked as the end.
+SELECT chain_next, state FROM conveyor_jobs WHERE id = :id {FOR_UPDATE}
+
 -- name: job_chain_link
 -- 0 marks a chain that ended here (a failed or cancelled step).
 UPDATE conveyor_jobs SET chain_next = :next_id WHERE id = :id AND chain_next IS NULL
