@@ -41,3 +41,17 @@ def test_queue_rate_limit_settings_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="no queue named 'q'"):
         app.set_queue_rate_limit("q", "120/m")  # a typo is not a new queue
     app.set_queue_rate_limit("q", "120/m", force=True)  # burst defaults to one second's worth
+
+
+def test_a_keyed_claims_window_narrows_while_claims_fill_and_widens_when_short():
+    from conveyor.backends.sql.logic import WINDOW_MAX, WINDOW_MIN, next_window_factor
+
+    factor = WINDOW_MAX
+    for _ in range(5):  # claims come back full: look less far ahead
+        factor = next_window_factor(factor, asked=100, got=100)
+    assert factor == WINDOW_MIN
+    factor = next_window_factor(factor, asked=100, got=40)  # keys full: look further
+    assert factor == WINDOW_MIN * 2
+    for _ in range(5):
+        factor = next_window_factor(factor, asked=100, got=0)
+    assert factor == WINDOW_MAX

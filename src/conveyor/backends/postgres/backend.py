@@ -37,7 +37,15 @@ from ...records import (
 from ..interfaces import Notifier
 from ..sql.backend import SqlBackend
 from ..sql.loader import Dialect, load_migrations, load_queries
-from ..sql.logic import KeyPair, QueueLimits, limited_params, queue_limits, queue_spends
+from ..sql.logic import (
+    WINDOW_MAX,
+    KeyPair,
+    QueueLimits,
+    limited_params,
+    next_window_factor,
+    queue_limits,
+    queue_spends,
+)
 
 log = logging.getLogger("conveyor.postgres")
 
@@ -346,6 +354,8 @@ class PostgresBackend(SqlBackend):
         except psycopg.OperationalError as exc:
             raise _connect_error(url, exc) from exc
         self._limits_cache: dict[tuple[str, ...], tuple[float, dict[str, QueueLimits]]] = {}
+        #: per keyed queue, how far past its size a claim looks (next_window_factor)
+        self._window: dict[str, int] = {}
         self.pool = ConnectionPool(
             url,
             min_size=1,
@@ -484,7 +494,9 @@ class PostgresBackend(SqlBackend):
         for queue in (q for q in queues if q in limits):
             if len(rows) >= limit:
                 break
-            qparams = limited_params(queue, limits[queue], limit - len(rows))
+            asked = limit - len(rows)
+            factor = self._window.get(queue, WINDOW_MAX)
+            qparams = limited_params(queue, limits[queue], asked, factor)
             with self._tx() as cur:
                 # Statements of their own: in READ COMMITTED the claim that follows
                 # then sees every limited claim committed before the locks were ours.
@@ -515,6 +527,7 @@ class PostgresBackend(SqlBackend):
                 )
                 for spend in queue_spends(queue, limits[queue], claimed):
                     cur.execute(Q["rate_spend"], {**spend, "now": now})
+                self._window[queue] = next_window_factor(factor, asked, len(claimed))
                 rows += claimed
         jobs = [self._job(r) for r in rows]
         order = {q: i for i, q in enumerate(queues)}
