@@ -284,7 +284,8 @@ class MySQLBackend(SqlBackend):
         #: deadlocks and lock wait timeouts retried so far (racing workers)
         self.deadlock_retries = 0
         conn = self._conn()  # fail now, with the server's reason, if we cannot connect
-        self.mariadb = "mariadb" in str(conn.server_version).lower()
+        server: Any = conn  # get_server_info() is untyped in the stubs
+        self.mariadb = "mariadb" in str(server.get_server_info()).lower()
 
     # -- connections -------------------------------------------------------------------
     def _connect(self) -> pymysql.connections.Connection[Any]:
