@@ -12,9 +12,10 @@ What differs from the shared operations:
 - No LISTEN/NOTIFY: a worker in the same process is woken at once at commit (an
   in-process hub); other processes notice changes by polling the change index,
   often while changes keep coming, less often when idle (``MySQLNotifier``).
-- Change stamps are the writing statement's time in microseconds, and readers
-  stop before the oldest transaction still running on the server
-  (information_schema.INNODB_TRX): see the CHANGE and HORIZON macros.
+- Change stamps: MySQL exposes no transaction id nor snapshot horizon, so a
+  writing transaction of ours takes a number of its own first (a row of
+  conveyor_change_tx, locked until it ends) and stamps its rows with it; readers
+  stop at the smallest number whose row is not committed yet (``_horizon``).
 - Bulk inserts: one multi-row ``INSERT IGNORE ... RETURNING`` on MariaDB; MySQL
   has no ``INSERT ... RETURNING``, so there a row per statement (ids from
   ``lastrowid``, which is exact for one row whatever innodb_autoinc_lock_mode).
@@ -62,19 +63,11 @@ log = logging.getLogger("conveyor.mysql")
 T = TypeVar("T")
 
 _NOW = "coalesce(CAST(%(now)s AS DATETIME(6)), UTC_TIMESTAMP(6))"
-_EPOCH_US = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {})"
-#: A change stamp: the statement's UTC time in microseconds (UTC_TIMESTAMP is fixed
-#: for the statement). Not the transaction's id as on PostgreSQL: MySQL exposes no
-#: cheap one, nor a snapshot horizon of ids.
-_CHANGE = _EPOCH_US.format("UTC_TIMESTAMP(6)")
-#: Stamps below this are final: one second before the oldest transaction still
-#: running on the server started (trx_started has whole seconds; the second
-#: covers a statement's clock read before its transaction is registered), or
-#: before now when none runs. Needs the PROCESS privilege.
-_HORIZON = (
-    "(SELECT coalesce(" + _EPOCH_US.format("min(trx_started)") + ", " + _CHANGE + ") - 1000000"
-    " FROM information_schema.INNODB_TRX)"
-)
+#: A change stamp: the writing transaction's number (see ``_change``), sent as a
+#: parameter the backend adds to every statement that stamps.
+_CHANGE = "%(change)s"
+#: The first number that may still commit (see ``_horizon``), also a parameter.
+_HORIZON = "%(horizon)s"
 
 
 def _in(args: list[str]) -> str:
@@ -369,6 +362,7 @@ class MySQLBackend(SqlBackend):
             self._check_caller_conn(conn)
             cur = conn.cursor(_dict_cursor(conn))
             self._local.hints = None  # the caller commits: hint at once
+            self._local.change = None  # a number of its own, in the caller's transaction
             try:
                 yield cur
             finally:
@@ -377,6 +371,7 @@ class MySQLBackend(SqlBackend):
         own = self._conn()
         hints: set[str] = set()
         self._local.hints = hints
+        self._local.change = None
         try:
             own.begin()
             cur = own.cursor()
@@ -429,10 +424,22 @@ class MySQLBackend(SqlBackend):
             hints.update(queues)
 
     def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
+        text = sql or Q[name]
+        if _CHANGE in text:  # a write that stamps: in a transaction with its number
+
+            def write() -> list[Any]:
+                with self._tx() as cur:
+                    cur.execute(text, self._stamped(cur, text, params))
+                    return list(cur.fetchall()) if cur.description else []
+
+            return self._retry(write)
+
         def run() -> list[Any]:
             try:
                 with self._conn().cursor() as cur:
-                    cur.execute(sql or Q[name], params)
+                    if _HORIZON in text:
+                        params["horizon"] = self._horizon()
+                    cur.execute(text, params)
                     return list(cur.fetchall()) if cur.description else []
             except pymysql.err.OperationalError as exc:
                 if _code(exc) in RETRYABLE:
@@ -450,11 +457,59 @@ class MySQLBackend(SqlBackend):
 
         return self._retry(run)
 
+    def _stamped(self, cur: Any, sql: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        params = dict(params or {})
+        if _CHANGE in sql:
+            params["change"] = self._change(cur)
+        return params
+
+    def _change(self, cur: Any) -> int:
+        """This transaction's change number, taken at its first stamped write: a new
+        row of conveyor_change_tx, which stays locked (and, to other readers,
+        uncommitted) until the transaction ends; numbers grow in the order taken."""
+        change: int | None = getattr(self._local, "change", None)
+        if change is None:
+            cur.execute(Q["change_take"])
+            change = self._local.change = int(cur.lastrowid)
+        return change
+
+    def _horizon(self) -> int:
+        """The smallest change number that may still commit: stamps below it are
+        final. A dirty read (READ UNCOMMITTED) lists the numbers taken, committed
+        or not; a committed read then tells which are committed. A number taken
+        after the first read is larger than all it saw, so only those count."""
+        ru: pymysql.connections.Connection[Any] | None = getattr(self._local, "ru", None)
+        if ru is None:
+            ru = self._local.ru = self._connect()
+            with self._lock:
+                self._all.append(ru)
+            with ru.cursor() as cur:
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+        try:
+            with ru.cursor() as cur:
+                cur.execute(Q["change_numbers"])
+                taken = [int(r["id"]) for r in cur.fetchall()]
+        except pymysql.Error as exc:
+            self._local.ru = None
+            raise self._fail(exc) from exc
+        if not taken:
+            return 1
+        with self._conn().cursor() as cur:
+            cur.execute(Q["change_numbers_committed"], {"low": taken[0], "high": taken[-1]})
+            committed = {int(r["id"]) for r in cur.fetchall()}
+        still_open = [i for i in taken if i not in committed]
+        return still_open[0] if still_open else taken[-1] + 1
+
     def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        sql = Q[name]
+        params = self._stamped(cur, sql, params)
         if name == "batch_insert":  # no RETURNING on MySQL: the id of the one row
-            cur.execute(Q[name], params or {})
+            cur.execute(sql, params)
             return [{"id": cur.lastrowid}] if cur.rowcount == 1 else []
         return super()._q(cur, name, params)
+
+    def _qc(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> int:
+        return super()._qc(cur, name, self._stamped(cur, Q[name], params))
 
     def _migration_lock(self, cur: Any) -> None:
         pass  # a session lock taken around the whole migration (migrate)
@@ -527,13 +582,18 @@ class MySQLBackend(SqlBackend):
             # MariaDB: one statement per chunk; RETURNING names the rows created
             # (inputs whose key conflicted return none), in input order.
             for chunk in chunks(jobs, 500):
-                values = ",\n".join(cur.mogrify(row, {**j._asdict(), "now": now}) for j in chunk)
+                change = self._change(cur)
+                values = ",\n".join(
+                    cur.mogrify(row, {**j._asdict(), "now": now, "change": change}) for j in chunk
+                )
                 cur.execute(f"{head}\n{values}\nRETURNING id, unique_key, idempotency_key")
                 out += [(r["id"], (r["unique_key"], r["idempotency_key"])) for r in cur.fetchall()]
         else:
             # MySQL: no INSERT ... RETURNING; lastrowid is exact for a one-row insert.
             for j in jobs:
-                cur.execute(f"{head}\n{row}", {**j._asdict(), "now": now})
+                cur.execute(
+                    f"{head}\n{row}", {**j._asdict(), "now": now, "change": self._change(cur)}
+                )
                 if cur.rowcount == 1:
                     out.append((cur.lastrowid, (j.unique_key, j.idempotency_key)))
         if out:
@@ -956,6 +1016,8 @@ class MySQLBackend(SqlBackend):
 
         while self._retry(run) >= 10000:
             pass
+        # The leader's pass also forgets change numbers no reader needs any more.
+        self._count("change_prune", {"horizon": self._horizon()})
 
 
 def _naive_utc(value: datetime) -> datetime:

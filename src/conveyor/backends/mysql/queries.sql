@@ -324,8 +324,25 @@ INSERT INTO conveyor_queues (name, keyed, updated_at) VALUES (:queue, TRUE, {NOW
 ON DUPLICATE KEY UPDATE keyed = TRUE
 
 -- name: changes_head
--- Where a stream that starts now begins: just before the horizon (the CHANGE_HORIZON macro).
+-- Where a stream that starts now begins: just before the horizon (the backend's
+-- _horizon, as on PostgreSQL the oldest transaction that may still commit).
 SELECT {HORIZON} - 1 AS head
+
+-- name: change_take
+-- A writing transaction's change number (see _change in backend.py).
+INSERT INTO conveyor_change_tx () VALUES ()
+
+-- name: change_numbers
+-- (Read dirty, on a READ UNCOMMITTED connection: numbers of open transactions too.)
+SELECT id FROM conveyor_change_tx ORDER BY id
+
+-- name: change_numbers_committed
+SELECT id FROM conveyor_change_tx WHERE id BETWEEN :low AND :high
+
+-- name: change_prune
+-- Numbers below the horizon are of no more use, but the largest committed one is
+-- kept: the next horizon starts from it.
+DELETE FROM conveyor_change_tx WHERE id < :horizon - 1
 
 -- name: counts_fold_pick
 -- The deltas to fold, locked (a delta of a transaction still open is waited

@@ -47,8 +47,8 @@ CREATE TABLE conveyor_jobs (
     pinned_to         json,
     spread_group      varchar(255),
     tenant            varchar(255),
-    -- change stamp (see the CHANGE macro in mysql/backend.py): microseconds since
-    -- the epoch of the writing statement, not a transaction id
+    -- change stamp: the writing transaction's number from conveyor_change_tx
+    -- (MySQL exposes no transaction id to stamp with; see mysql/backend.py)
     changed           bigint,
     explicit          smallint         NOT NULL DEFAULT 0,
     -- no partial unique index: this generated column holds the unique key only
@@ -231,3 +231,11 @@ CREATE TABLE conveyor_locks (
     name varchar(64) NOT NULL PRIMARY KEY
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 INSERT INTO conveyor_locks (name) VALUES ('keys');
+
+-- Change numbers (see _change and _horizon in mysql/backend.py): a writing
+-- transaction inserts a row and stamps the rows it changes with its id; the row
+-- is locked and uncommitted until the transaction ends, which is how readers know
+-- which numbers may still commit. The leader prunes numbers below the horizon.
+CREATE TABLE conveyor_change_tx (
+    id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY
+) ENGINE=InnoDB;
