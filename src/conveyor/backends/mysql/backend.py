@@ -304,7 +304,7 @@ class MySQLBackend(SqlBackend):
     def _unavailable(self, exc: BaseException) -> DatabaseUnavailable:
         where = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
         return DatabaseUnavailable(
-            f"cannot use MySQL at {where} (user {self._kwargs['user']}): {exc}. "
+            f"cannot connect to MySQL at {where} (user {self._kwargs['user']}): {exc}. "
             "Check that the server is running and the URL (host, port, user, database) is right."
         )
 

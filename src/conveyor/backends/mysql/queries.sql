@@ -154,11 +154,6 @@ WHERE id = :id AND lease_token = :token AND state = 'running'
 -- name: job_finalized
 SELECT id, state, attempt, error, queue, started_at FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 
--- name: attempt_insert
-INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
-                               outcome, error, traceback)
-VALUES (:job_id, :attempt, :stage, :worker_id, :started_at, {NOW}, :outcome, :error, :traceback)
-
 -- name: job_release_pick
 SELECT id, attempt AS ran, stage, started_at, queue FROM conveyor_jobs
 WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running'
@@ -182,10 +177,6 @@ ON DUPLICATE KEY UPDATE last_seen_at = VALUES(last_seen_at)
 -- name: worker_get
 -- A row inserted by this heartbeat has last_seen_at = started_at (as on SQLite).
 SELECT stop_requested, started_at = last_seen_at AS inserted FROM conveyor_workers WHERE id = :id
-
--- name: job_held
-SELECT id, lease_token, cancel_requested FROM conveyor_jobs
-WHERE lease_owner = :id AND state = 'running'
 
 -- name: job_expired_leases
 -- (See the PostgreSQL job_rescue.) SKIP LOCKED: two rescuers take different rows.
