@@ -124,3 +124,43 @@ def test_an_open_transaction_holds_the_change_horizon(mysql):
     mysql.counts_fold()  # prunes the numbers no reader needs: the next ones go on
     mysql.job_insert_many(jobs=[ins()])
     assert len(mysql.changes_since(after=head, filter=JobFilter())) == 3
+
+
+def test_a_send_wakes_a_notifier_in_the_same_process_at_once(mysql):
+    """No LISTEN/NOTIFY: the commit hints this process's notifiers directly
+    (other processes poll the change index)."""
+    import time
+
+    notifier = mysql.notifier()
+    try:
+        notifier.wait(0.05)  # drain
+        began = time.monotonic()
+        mysql.job_insert_many(jobs=[ins(queue="mail")])
+        hints = notifier.wait(5)
+        assert "mail" in hints and time.monotonic() - began < 1.0
+        conn = raw_connection(mysql)  # in the caller's transaction: hinted at once
+        try:
+            mysql.job_insert_many(jobs=[ins(queue="late")], conn=conn)
+            assert "late" in notifier.wait(5)
+            conn.commit()
+        finally:
+            conn.close()
+    finally:
+        notifier.close()
+
+
+def test_another_process_is_noticed_by_polling(mysql):
+    """A commit from another connection, which the hub does not see, is noticed
+    by the notifier's poll of the change index."""
+    other = open_backend(mysql.url)
+    notifier = mysql.notifier()
+    try:
+        from conveyor.backends.mysql import backend as mod
+
+        mod.HUB._notifiers.clear()  # as if the sender were another process
+        notifier.wait(0.05)
+        other.job_insert_many(jobs=[ins(queue="mail")])
+        assert notifier.wait(5) == {"*"}
+    finally:
+        notifier.close()
+        other.close()
