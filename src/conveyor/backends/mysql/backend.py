@@ -112,6 +112,8 @@ RETRYABLE = frozenset({1213, 1205})
 #: connection-level failures (gone away, lost, cannot connect, server shutdown)
 CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 4031})
 MAX_RETRIES = 8
+#: a connection idle this long is pinged before use
+CHECK_IDLE_S = 2.0
 
 
 def _code(exc: BaseException) -> int:
@@ -309,12 +311,23 @@ class MySQLBackend(SqlBackend):
         )
 
     def _conn(self) -> pymysql.connections.Connection[Any]:
+        """This thread's connection. One idle for a while is pinged first: after a
+        server restart it is dead, and the statement about to use it would fail
+        although the server is back (PostgreSQL's pool does the same check)."""
         conn: pymysql.connections.Connection[Any] | None = getattr(self._local, "conn", None)
+        now = time.monotonic()
+        if conn is not None and now - getattr(self._local, "used", now) > CHECK_IDLE_S:
+            try:
+                conn.ping(reconnect=False)
+            except pymysql.Error:
+                self._drop()
+                conn = None
         if conn is None:
             conn = self._connect()
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
+        self._local.used = now
         return conn
 
     def _drop(self) -> None:
