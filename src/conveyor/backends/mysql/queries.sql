@@ -115,7 +115,7 @@ ON DUPLICATE KEY UPDATE
 -- name: job_finalize_pick
 -- Fencing (see the PostgreSQL job_finalize_many): rows still running under the
 -- outcome's token, locked; the backend updates each (its values differ per row).
-SELECT id, cancel_requested, attempt, started_at, queue,
+SELECT id, lease_token, cancel_requested, attempt, started_at, queue,
        (batch_id IS NOT NULL OR chain IS NOT NULL) AS flow
 FROM conveyor_jobs
 WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running'
@@ -150,6 +150,24 @@ SET state = CASE WHEN cancel_requested AND :state <> 'failed' THEN 'cancelled' E
     lease_token = NULL, lease_expires_at = NULL,
     changed = {CHANGE}
 WHERE id = :id AND lease_token = :token AND state = 'running'
+
+-- name: job_succeed_many
+-- The common case in one statement: plain successes (no error, stage, retry or
+-- option change), rows locked and fenced by job_finalize_pick. The same values
+-- as job_finalize_one gives them; each result comes from a JSON object keyed by
+-- id (a missing key: SQL NULL). cancel_requested is read before it is cleared
+-- (MySQL assigns left to right).
+UPDATE conveyor_jobs
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END,
+    result = JSON_EXTRACT(:results, CONCAT('$."', id, '"')),
+    error = CASE WHEN cancel_requested
+                 THEN 'cancelled while running (it finished before its worker learned)' END,
+    finished_at = {NOW},
+    lease_owner = CASE WHEN cancel_requested THEN NULL ELSE :worker_id END,
+    cancel_requested = FALSE,
+    lease_token = NULL, lease_expires_at = NULL,
+    changed = {CHANGE}
+WHERE id {IN(:ids, bigint)} AND state = 'running'
 
 -- name: job_finalized
 SELECT id, state, attempt, error, queue, started_at FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
