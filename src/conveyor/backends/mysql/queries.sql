@@ -29,17 +29,17 @@ VALUES
 -- Claim, first half: SKIP LOCKED lets many workers claim concurrently without
 -- waiting on one another; the rows stay locked until the transaction ends, and
 -- job_claim_update then takes them by primary key (no UPDATE ... RETURNING).
--- One queue per statement, walking the fetch index in order.
+-- One queue per statement, walking the fetch index in order (the generated
+-- columns fetch_queue and neg_priority: see migration 1).
 SELECT id FROM conveyor_jobs
-WHERE queue = :queue
-  AND state IN ('available', 'scheduled')
+WHERE fetch_queue = :queue  -- queue = :queue AND state IN ('available', 'scheduled')
   AND scheduled_at <= {NOW}
   AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
   AND (SELECT max(version) FROM conveyor_schema_version) <= :schema_version
   AND concurrency_key IS NULL AND rate_key IS NULL
   AND pinned_to IS NULL AND spread_group IS NULL
   AND (:tasks IS NULL OR task {IN(:task_list)})
-ORDER BY priority DESC, scheduled_at, id
+ORDER BY neg_priority, scheduled_at, id  -- priority DESC, scheduled_at, id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
@@ -67,7 +67,7 @@ SELECT * FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 SELECT j.id, j.concurrency_key, j.concurrency_limit, j.rate_key, j.rate_per_s, j.rate_burst,
        j.spread_group, j.pinned_to, j.priority, j.scheduled_at
 FROM conveyor_jobs j
-WHERE j.queue = :queue AND j.state IN ('available', 'scheduled') AND j.scheduled_at <= {NOW}
+WHERE j.fetch_queue = :queue AND j.scheduled_at <= {NOW}  -- (see job_claim_pick)
   AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
   AND (SELECT max(version) FROM conveyor_schema_version) <= :schema_version
   AND (:tasks IS NULL OR j.task {IN(:task_list)})
@@ -77,7 +77,7 @@ WHERE j.queue = :queue AND j.state IN ('available', 'scheduled') AND j.scheduled
              AND (g.lease_owner = :worker_id
                   OR EXISTS (SELECT 1 FROM conveyor_attempts a
                              WHERE a.job_id = g.id AND a.worker_id = :worker_id))))
-ORDER BY j.priority DESC, j.scheduled_at, j.id
+ORDER BY j.neg_priority, j.scheduled_at, j.id
 LIMIT :window
 FOR UPDATE SKIP LOCKED
 
