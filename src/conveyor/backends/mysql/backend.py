@@ -511,7 +511,10 @@ class MySQLBackend(SqlBackend):
             cur.execute(Q["change_numbers_committed"], {"low": taken[0], "high": taken[-1]})
             committed = {int(r["id"]) for r in cur.fetchall()}
         still_open = [i for i in taken if i not in committed]
-        return still_open[0] if still_open else taken[-1] + 1
+        horizon = still_open[0] if still_open else taken[-1] + 1
+        if len(taken) > 10_000:  # no leader pruned them (no worker runs services)
+            self._count("change_prune", {"horizon": horizon})
+        return horizon
 
     def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         sql = Q[name]
@@ -686,14 +689,15 @@ class MySQLBackend(SqlBackend):
             if lim.keyed:
                 self._q(cur, "limits_lock_keys")
             cands = self._q(
-                cur, "job_claim_candidates", {**base, "queue": queue, "window": qp["window"]}
+                cur,
+                "job_claim_candidates",
+                {
+                    **base,
+                    "queue": queue,
+                    "window": qp["window"],
+                    "identity": self._list([base["worker_id"], *tags]),
+                },
             )
-            identity = {base["worker_id"], *tags}
-            cands = [
-                c
-                for c in cands
-                if c["pinned_to"] is None or identity & set(json.loads(c["pinned_to"]))
-            ]
             if not cands:
                 return []
             room = limit

@@ -63,7 +63,7 @@ SELECT * FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 -- name: job_claim_candidates
 -- A limited claim's window of candidates (see the PostgreSQL job_claim_limited),
 -- under the queue's lock. The backend ranks them (concurrency keys, rate
--- buckets, spread groups, pins) exactly as the PostgreSQL query does.
+-- buckets, spread groups) exactly as the PostgreSQL query does.
 SELECT j.id, j.concurrency_key, j.concurrency_limit, j.rate_key, j.rate_per_s, j.rate_burst,
        j.spread_group, j.pinned_to, j.priority, j.scheduled_at
 FROM conveyor_jobs j
@@ -71,6 +71,11 @@ WHERE j.fetch_queue = :queue AND j.scheduled_at <= {NOW}  -- (see job_claim_pick
   AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
   AND (SELECT max(version) FROM conveyor_schema_version) <= :schema_version
   AND (:tasks IS NULL OR j.task {IN(:task_list)})
+  -- pinned: one of the job's ids/tags must be this worker's id or one of its tags
+  -- (PostgreSQL: jsonb ?|; JSON_OVERLAPS is not in MariaDB before 10.9)
+  AND (j.pinned_to IS NULL OR EXISTS (
+           SELECT 1 FROM JSON_TABLE(j.pinned_to, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) pin
+           WHERE pin.v {IN(:identity)}))
   AND (j.spread_group IS NULL OR NOT EXISTS (
            SELECT 1 FROM conveyor_jobs g
            WHERE g.spread_group = j.spread_group AND g.id <> j.id
