@@ -69,6 +69,7 @@ MYSQL_ONLY = {
     "limits_lock_keys",  # a row lock on conveyor_locks 'keys'
     "queue_running",
     "job_finalize_pick",
+    "job_succeed_many",  # plain successes of a batch in one UPDATE
     "job_finalize_one",
     "job_finalized",
     "job_release_pick",
@@ -103,6 +104,7 @@ MYSQL_OVERRIDES = {
     "queue_set_rate": "ON DUPLICATE KEY UPDATE",
     "task_settings_upsert": "ON DUPLICATE KEY UPDATE",
     "queue_oldest_waiting": "a derived table cannot see the outer query in MySQL",
+    "job_find_by_keys": "a locking read: the latest rows, even in a REPEATABLE READ snapshot",
 }
 # EACH_OWN queries MySQL does not need: its backend does them with the above.
 MYSQL_NOT_NEEDED = {

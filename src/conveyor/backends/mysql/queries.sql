@@ -375,6 +375,15 @@ DELETE FROM conveyor_count_deltas WHERE id {IN(:ids, bigint)}
 SELECT (SELECT max(changed) FROM conveyor_jobs) AS jobs,
        (SELECT max(changed) FROM conveyor_batches) AS batches
 
+-- name: job_find_by_keys
+-- (See the shared query.) A locking read: it reads the latest committed rows even
+-- in a caller's REPEATABLE READ transaction (MySQL's default), whose snapshot
+-- may predate the job that made INSERT IGNORE skip the input.
+SELECT id, unique_key, idempotency_key FROM conveyor_jobs
+WHERE idempotency_key {IN(:idempotency_keys)}
+   OR (unique_key {IN(:unique_keys)} AND state IN ('scheduled', 'available', 'running'))
+LOCK IN SHARE MODE
+
 -- Upserts: ON DUPLICATE KEY UPDATE where the shared SQL has ON CONFLICT.
 
 -- name: batch_insert
