@@ -27,7 +27,7 @@ test: install ## run the whole suite on SQLite, PostgreSQL and MariaDB (finds or
 	echo "MySQL for tests: $$myurl"; \
 	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl $(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install ## benchmarks: Conveyor (SQLite, PostgreSQL) beside PgQueuer, same harness
+bench: install ## benchmarks: Conveyor (SQLite, PostgreSQL; MariaDB in `conveyor bench`) beside PgQueuer
 	bash bench/run.sh
 
 lint: install ## ruff lint and format check
