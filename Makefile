@@ -20,13 +20,15 @@ install: $(VENV)/.installed ## create .venv and install Conveyor with its dev to
 demo: install ## run the demo on embedded SQLite (no server needed)
 	$(VENV)/bin/conveyor demo
 
-test: install ## run the whole suite on SQLite and PostgreSQL (finds or starts PostgreSQL)
+test: install ## run the whole suite on SQLite, PostgreSQL and MariaDB (finds or starts both servers)
 	@bash scripts/ensure-chromium.sh || exit 1
 	@url=$$(PYTHON=$(PY) bash scripts/ensure-postgres.sh) || exit 1; \
 	echo "PostgreSQL for tests: $$url"; \
-	CONVEYOR_TEST_POSTGRES_URL=$$url $(PY) -m pytest $(PYTEST_ARGS)
+	myurl=$$(PYTHON=$(PY) bash scripts/ensure-mysql.sh) || exit 1; \
+	echo "MySQL for tests: $$myurl"; \
+	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl $(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install ## benchmarks: Conveyor (SQLite, PostgreSQL) beside PgQueuer, same harness
+bench: install ## benchmarks: Conveyor (SQLite, PostgreSQL; MariaDB in `conveyor bench`) beside PgQueuer
 	bash bench/run.sh
 
 lint: install ## ruff lint and format check

@@ -26,8 +26,8 @@
 #      with and without an SSE client following, completion-to-client delay p50/p99,
 #      a /metrics scrape on 1,000,000 jobs) on PostgreSQL and SQLite, appended to
 #      /tmp/peerbench/results/conveyor-events-<timestamp>.jsonl; its table is printed;
-#   9. `conveyor bench` (the CLI worker with its defaults) on PostgreSQL with --pgqueuer
-#      and on SQLite, appended to bench/RESULTS.md;
+#   9. `conveyor bench` (the CLI worker with its defaults) on PostgreSQL with --pgqueuer,
+#      on SQLite and on MariaDB (scripts/ensure-mysql.sh), appended to bench/RESULTS.md;
 #  10. with BENCH_SCALE=1, bench/bench_scale.py (1/2/4 workers, 1M waiting, 10M finished,
 #      a worker's RSS over 1M jobs).
 #
@@ -69,7 +69,7 @@ sys.exit(pgqueuer.__version__ != "1.6.0")' 2>/dev/null; then
 fi
 # Conveyor from THIS checkout (editable), reinstalled if the venv points elsewhere
 # or lacks its dependencies (the server's: fastapi, uvicorn; httpx for bench_api).
-if ! "$PY" -c 'import os, sys, conveyor, fastapi, uvicorn, httpx
+if ! "$PY" -c 'import os, sys, conveyor, fastapi, uvicorn, httpx, pymysql
 sys.exit(not os.path.realpath(conveyor.__file__).startswith(os.path.realpath(sys.argv[1]) + os.sep))' \
     "$REPO/src" 2>/dev/null; then
   say "installing Conveyor from $REPO into $VENV (editable)"
@@ -176,6 +176,21 @@ with psycopg.connect(sys.argv[1] + "/postgres", autocommit=True) as c:
   "$VENV/bin/conveyor" bench -d "$PEERBENCH_PG/bench_cli" --jobs "$N" --pgqueuer
   echo
   "$VENV/bin/conveyor" bench --jobs "$N"
+  # MariaDB beside them (scripts/ensure-mysql.sh finds or starts it; skipped if none)
+  if MYSQL_BASE=$(PYTHON="$PY" bash "$REPO/scripts/ensure-mysql.sh"); then
+    "$PY" -c 'import sys, pymysql
+from conveyor.backends.mysql.backend import parse_url
+c = pymysql.connect(**parse_url(sys.argv[1]), autocommit=True)
+with c.cursor() as cur:
+    cur.execute("DROP DATABASE IF EXISTS bench_cli")
+    cur.execute("CREATE DATABASE bench_cli CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")' "$MYSQL_BASE"
+    echo
+    echo "MariaDB: \`conveyor bench -d ${MYSQL_BASE%/*}/bench_cli --jobs $N\`"
+    echo
+    "$VENV/bin/conveyor" bench -d "${MYSQL_BASE%/*}/bench_cli" --jobs "$N"
+  else
+    say "no MySQL/MariaDB: its conveyor bench run is skipped"
+  fi
 } > "$SCRATCH/results/conveyor-cli-$STAMP.md"
 cat "$SCRATCH/results/conveyor-cli-$STAMP.md" >> bench/RESULTS.md
 say "conveyor bench took $(( $(date +%s) - T5 ))s"

@@ -1,6 +1,6 @@
-"""Every test that takes ``db_url`` (or ``app``) runs once on SQLite and once on
-PostgreSQL. PostgreSQL is not optional: without it the run fails, saying how to
-get one (``make test`` finds or starts one)."""
+"""Every test that takes ``db_url`` (or ``app``) runs once on SQLite, once on
+PostgreSQL and once on MySQL (MariaDB). The servers are not optional: without
+one the run fails, saying how to get it (``make test`` finds or starts both)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import psycopg
+import pymysql
 import pytest
 
 from conveyor import Conveyor
@@ -54,10 +55,53 @@ def pg_schema_url(database_url: str, schema: str) -> str:
     return dsn + "?options=" + quote(f"-csearch_path={schema}")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+MYSQL_ENV = "CONVEYOR_TEST_MYSQL_URL"
+MYSQL_DEFAULT = "mysql://root@127.0.0.1:3306/mysql"
+
+
+def _mysql_connect(url: str, database: str | None = None) -> pymysql.connections.Connection:
+    from conveyor.backends.mysql.backend import parse_url
+
+    kwargs = parse_url(url)
+    if database is not None:
+        kwargs["database"] = database
+    return pymysql.connect(**kwargs, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def mysql_base() -> str:
+    """A MySQL/MariaDB server we can create databases on (checked once per run)."""
+    url = os.environ.get(MYSQL_ENV, MYSQL_DEFAULT)
+    try:
+        _mysql_connect(url).close()
+    except pymysql.Error as exc:
+        pytest.exit(
+            f"MySQL/MariaDB is required for the test suite and did not answer at {url}: {exc}\n"
+            f"Run `make test` (it starts MariaDB with scripts/ensure-mysql.sh), or set "
+            f"{MYSQL_ENV} to a server you can create databases on.",
+            returncode=3,
+        )
+    return url
+
+
+def mysql_database_url(base: str, name: str) -> str:
+    parts = base.rsplit("/", 1)[0]
+    return f"{parts}/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgres", "mysql"])
 def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'conveyor.db'}"
+        return
+    if request.param == "mysql":
+        base = request.getfixturevalue("mysql_base")
+        name = f"conveyor_t_{uuid.uuid4().hex[:12]}"
+        with _mysql_connect(base) as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        yield mysql_database_url(base, name)
+        with _mysql_connect(base) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
         return
     database = request.getfixturevalue("pg_database")
     schema = f"t_{uuid.uuid4().hex[:12]}"

@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 
 import psycopg
+import pymysql
 import pytest
 
 from conveyor import ConfigError, Conveyor, JobNotFound, JobState
@@ -15,6 +16,10 @@ def _connect(app: Conveyor):
     backend = app.backend
     if backend.name == "postgres":
         return psycopg.connect(backend.url)
+    if backend.name == "mysql":
+        from conveyor.backends.mysql.backend import parse_url
+
+        return pymysql.connect(**parse_url(backend.url))
     return sqlite3.connect(backend.path)
 
 

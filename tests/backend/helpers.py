@@ -8,6 +8,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pymysql
 
 from conveyor.records import Finalize, JobInsert, WorkerInfo
 
@@ -50,9 +51,28 @@ def done(job, state: str = "succeeded", token: str | None = None, **kw) -> Final
     )
 
 
+class _MySQLConnection(pymysql.connections.Connection):
+    """A PyMySQL connection that also answers ``conn.execute(sql)`` like the
+    sqlite3 and psycopg connections the tests use, and commits on ``with`` exit."""
+
+    def execute(self, sql, params=None):
+        cur = self.cursor()
+        cur.execute(sql.replace("?", "%s"), params)
+        return cur
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.commit()
+        self.close()
+
+
 def raw_connection(backend):
     if backend.name == "postgres":
         return psycopg.connect(backend.url)
+    if backend.name == "mysql":
+        from conveyor.backends.mysql.backend import parse_url
+
+        return _MySQLConnection(**parse_url(backend.url))
     return sqlite3.connect(backend.path)
 
 

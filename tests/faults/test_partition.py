@@ -27,9 +27,14 @@ def _via(url: str, port: int) -> str:
 
 
 def test_a_worker_cut_off_longer_than_its_ttl_loses_its_job_to_another(db_url, tmp_path, proxy_to):
-    if not db_url.startswith("postgresql"):
+    if db_url.startswith("sqlite"):
         pytest.skip("a network partition needs a database across a network")
-    info = psycopg.conninfo.conninfo_to_dict(db_url)
+    if db_url.startswith("mysql"):
+        from conveyor.backends.mysql.backend import parse_url
+
+        info = parse_url(db_url)
+    else:
+        info = psycopg.conninfo.conninfo_to_dict(db_url)
     proxy = proxy_to(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))
     producer = Conveyor(db_url)
     producer.task(name="sleepy")(lambda *a: None)

@@ -106,20 +106,13 @@ def test_batch_cancel_and_retry_failed(app):
 
 
 def test_batch_joins_the_callers_transaction(app):
-    import sqlite3
-
-    import psycopg
+    from tests.backend.helpers import raw_connection
 
     @app.task
     def noop(i):
         return i
 
-    backend = app.backend
-    conn = (
-        psycopg.connect(backend.url)
-        if backend.name == "postgres"
-        else sqlite3.connect(backend.path)
-    )
+    conn = raw_connection(app.backend)
     try:
         noop.batch([(1,), (2,)], conn=conn, name="rolled back")
         conn.rollback()

@@ -4,7 +4,7 @@ from conveyor import ConfigError, Conveyor, DatabaseUnavailable, SerializationEr
 from conveyor.backends import open_backend
 
 
-@pytest.mark.parametrize("url", ["mysql://x/y", "", "conveyor.db", "sqlite://host/x.db"])
+@pytest.mark.parametrize("url", ["oracle://x/y", "", "conveyor.db", "sqlite://host/x.db"])
 def test_malformed_urls_say_what_to_use(url):
     with pytest.raises(ConfigError, match=r"sqlite:///"):
         open_backend(url)
@@ -14,6 +14,14 @@ def test_unreachable_postgres_is_one_clear_error():
     with pytest.raises(DatabaseUnavailable, match="cannot connect to PostgreSQL") as err:
         open_backend("postgresql://postgres@127.0.0.1:1/nope")
     assert "password" not in str(err.value)
+
+
+def test_unreachable_mysql_is_one_clear_error():
+    with pytest.raises(DatabaseUnavailable, match="cannot connect to MySQL") as err:
+        open_backend("mysql://root:s3cret@127.0.0.1:1/nope")
+    assert "s3cret" not in str(err.value)
+    with pytest.raises(ConfigError, match="names no database"):
+        open_backend("mariadb://root@127.0.0.1:3306/")
 
 
 def test_sqlite_in_missing_folder_is_clear(tmp_path):

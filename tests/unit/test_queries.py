@@ -6,6 +6,7 @@ from importlib import resources
 
 import pytest
 
+from conveyor.backends.mysql import backend as my
 from conveyor.backends.postgres import backend as pg
 from conveyor.backends.sql.loader import Dialect, shared_query_names, to_pyformat
 from conveyor.backends.sqlite import backend as lite
@@ -27,12 +28,10 @@ PG_ONLY = {
 }
 SQLITE_ONLY = {
     "job_finalize_one",
-    "attempt_insert",
     "job_release_one",
     "job_expired_leases",
     "job_rescue_one",
     "worker_upsert",
-    "job_held",
     "data_version",  # its "LISTEN": the file's change counter
     "job_peek_available",  # a read-only look before taking the write lock
 }
@@ -51,6 +50,70 @@ EACH_OWN = {
     "schema_version_table": "column types",
     "changes_head": "the oldest running transaction vs the largest stamp",
     "counts_fold": "deltas folded by the leader vs counts kept by row triggers",
+}
+
+
+# MySQL / MariaDB: no UPDATE ... RETURNING, so its hot paths lock (SKIP LOCKED),
+# update by primary key and read back, statement by statement; the ranking of a
+# limited claim is done in Python; change numbers are rows of a table of their own.
+MYSQL_ONLY = {
+    "job_insert_head",  # INSERT IGNORE ... VALUES; rows appended per chunk
+    "job_insert_row",
+    "job_claim_pick",  # SELECT ... FOR UPDATE SKIP LOCKED
+    "job_claim_update",  # then UPDATE by primary key
+    "job_get_many",  # then read back
+    "job_claim_candidates",  # a limited claim's window, ranked by the backend
+    "limits_busy",
+    "limits_tokens",
+    "limits_lock",  # a row lock on the queue's row (no transaction advisory locks)
+    "limits_lock_keys",  # a row lock on conveyor_locks 'keys'
+    "queue_running",
+    "job_finalize_pick",
+    "job_succeed_many",  # plain successes of a batch in one UPDATE
+    "job_finalize_one",
+    "job_finalized",
+    "job_release_pick",
+    "job_release_one",
+    "worker_upsert",  # ON DUPLICATE KEY UPDATE
+    "worker_get",
+    "job_expired_leases",  # SKIP LOCKED
+    "job_rescue_one",
+    "job_rescued",
+    "job_schedule_pick",
+    "job_schedule_ids",
+    "job_age_pick",
+    "job_age_one",
+    "counts_fold_pick",  # deltas locked, summed by the backend, deleted by id
+    "counts_add",
+    "count_deltas_delete",
+    "change_take",  # change numbers (no transaction id in MySQL)
+    "change_numbers",
+    "change_numbers_committed",
+    "change_prune",
+    "max_change",  # the notifier's poll (no LISTEN)
+    "migration_lock",  # GET_LOCK: a session lock (DDL commits implicitly)
+    "migration_unlock",
+}
+# Shared queries MySQL writes its own way, each for the reason given.
+MYSQL_OVERRIDES = {
+    "batch_insert": "INSERT IGNORE, the id from lastrowid (no ON CONFLICT, no RETURNING)",
+    "leader_attempt_elect": "ON DUPLICATE KEY UPDATE with IF() in assignment order",
+    "periodic_register": "INSERT IGNORE",
+    "queue_set_paused": "ON DUPLICATE KEY UPDATE",
+    "queue_set_limit": "ON DUPLICATE KEY UPDATE",
+    "queue_set_rate": "ON DUPLICATE KEY UPDATE",
+    "task_settings_upsert": "ON DUPLICATE KEY UPDATE",
+    "queue_oldest_waiting": "a derived table cannot see the outer query in MySQL",
+    "job_find_by_keys": "a locking read: the latest rows, even in a REPEATABLE READ snapshot",
+}
+# EACH_OWN queries MySQL does not need: its backend does them with the above.
+MYSQL_NOT_NEEDED = {
+    "job_insert_many",
+    "job_claim",
+    "job_claim_limited",
+    "job_schedule_due",
+    "job_age_priorities",
+    "counts_fold",
 }
 
 
@@ -73,9 +136,20 @@ def test_dialects_write_only_what_differs():
     assert len(shared_query_names()) > len(EACH_OWN) * 3
 
 
+def test_mysql_writes_only_what_differs():
+    mine = own("conveyor.backends.mysql")
+    assert mine & shared_query_names() == set(MYSQL_OVERRIDES)
+    assert mine - shared_query_names() == MYSQL_ONLY | (set(EACH_OWN) - MYSQL_NOT_NEEDED)
+    assert set(my.Q) >= shared_query_names() | MYSQL_ONLY
+
+
 def test_migrations_line_up():
     assert [m.version for m in pg.MIGRATIONS] == [m.version for m in lite.MIGRATIONS]
     assert [m.name for m in pg.MIGRATIONS] == [m.name for m in lite.MIGRATIONS]
+    # MySQL: the whole schema in 0001, the same numbers and names after it
+    assert [(m.version, m.name) for m in my.MIGRATIONS] == [
+        (m.version, m.name) for m in pg.MIGRATIONS
+    ]
 
 
 def test_pyformat_conversion_leaves_quotes_and_casts_alone():

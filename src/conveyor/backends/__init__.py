@@ -7,12 +7,16 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import ConfigError
 from .interfaces import Backend
 
-SUPPORTED = "sqlite:///path/to/file.db or postgresql://user@host:5432/dbname"
+SUPPORTED = (
+    "sqlite:///path/to/file.db, postgresql://user@host:5432/dbname "
+    "or mysql://user:pass@host:3306/dbname"
+)
 
 
 def open_backend(url: str) -> Backend:
     """``sqlite:///relative.db``, ``sqlite:////absolute.db`` (``?synchronous=normal``),
-    or ``postgresql://`` / ``postgres://`` URLs as libpq understands them."""
+    ``postgresql://`` / ``postgres://`` URLs as libpq understands them, or
+    ``mysql://user:pass@host:3306/db`` / ``mariadb://`` (MySQL 8.0+, MariaDB 10.6+)."""
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"database URL is empty: expected {SUPPORTED}")
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
@@ -20,6 +24,10 @@ def open_backend(url: str) -> Backend:
         from .postgres.backend import PostgresBackend
 
         return PostgresBackend(url)
+    if scheme in ("mysql", "mariadb"):
+        from .mysql.backend import MySQLBackend
+
+        return MySQLBackend(url)
     if scheme == "sqlite":
         parts = urlsplit(url)
         if parts.netloc:

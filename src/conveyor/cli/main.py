@@ -34,7 +34,8 @@ from .workers import workers_group
     default=DEFAULT_URL,
     show_default=True,
     metavar="URL",
-    help="sqlite:///path/to/file.db or postgresql://user@host:5432/dbname. "
+    help="sqlite:///path/to/file.db, postgresql://user@host:5432/dbname or "
+    "mysql://user:pass@host:3306/dbname. "
     "[env: CONVEYOR_DATABASE_URL]",
 )
 @click.option(

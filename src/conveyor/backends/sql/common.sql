@@ -113,6 +113,18 @@ ORDER BY id LIMIT :limit {FOR_UPDATE}
 -- name: job_queues_of
 SELECT DISTINCT queue FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 
+-- name: attempt_insert
+-- An ended attempt (dialects that finish jobs a statement per row; PostgreSQL
+-- logs attempts inside its job_finalize_many).
+INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
+                               outcome, error, traceback)
+VALUES (:job_id, :attempt, :stage, :worker_id, :started_at, {NOW}, :outcome, :error, :traceback)
+
+-- name: job_held
+-- What a worker holds, read at its heartbeat (PostgreSQL: inside worker_heartbeat).
+SELECT id, lease_token, cancel_requested FROM conveyor_jobs
+WHERE lease_owner = :id AND state = 'running'
+
 -- name: job_retry_ids
 -- Operator retry: at least one more attempt than were made; a cancel request of
 -- the run that was cancelled is forgotten; a chain that ended at this job (0)

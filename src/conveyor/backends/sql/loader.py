@@ -122,15 +122,18 @@ def to_pyformat(sql: str) -> str:
     return "".join(out)
 
 
-def load_queries(package: str, dialect: Dialect) -> dict[str, str]:
+def load_queries(package: str, dialect: Dialect, *, own_named: bool = False) -> dict[str, str]:
     """The shared queries, in ``dialect``'s parameter style, overridden and extended
-    by ``package``'s own ``queries.sql``; macros expanded."""
+    by ``package``'s own ``queries.sql``; macros expanded. ``own_named``: the
+    dialect's own file is written with ``:name`` parameters too (MySQL)."""
     common_text = resources.files(__package__ or "conveyor.backends.sql")
     common = _split(common_text.joinpath("common.sql").read_text("utf-8"), "common.sql")
     if dialect.paramstyle == "pyformat":
         common = {k: to_pyformat(v) for k, v in common.items()}
     own_text = resources.files(package).joinpath("queries.sql").read_text("utf-8")
     own = _split(own_text, f"{package}/queries.sql")
+    if own_named and dialect.paramstyle == "pyformat":
+        own = {k: to_pyformat(v) for k, v in own.items()}
     return {name: dialect.expand(sql) for name, sql in {**common, **own}.items()}
 
 

@@ -80,11 +80,6 @@ SET state = CASE WHEN cancel_requested AND :state <> 'failed' THEN 'cancelled' E
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, started_at, attempt, state, error
 
--- name: attempt_insert
-INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
-                               outcome, error, traceback)
-VALUES (:job_id, :attempt, :stage, :worker_id, :started_at, :now, :outcome, :error, :traceback)
-
 -- name: job_release_one
 -- Graceful shutdown: give the job back and un-count the attempt it was on (the
 -- backend logs a "released" attempt).
@@ -101,10 +96,6 @@ INSERT INTO conveyor_workers (id, hostname, pid, queues, concurrency, tags, task
 VALUES (:id, :hostname, :pid, :queues, :concurrency, :tags, :tasks, :now, :now)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 RETURNING stop_requested, started_at = :now AS inserted
-
--- name: job_held
-SELECT id, lease_token, cancel_requested FROM conveyor_jobs
-WHERE lease_owner = :id AND state = 'running'
 
 -- name: job_expired_leases
 -- Running jobs whose worker went silent or was removed, and held jobs past their

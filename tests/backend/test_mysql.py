@@ -1,0 +1,166 @@
+"""MySQL/MariaDB only: what the dialect does that the others have no need to
+(deadlock retries, the change-number horizon, URL forms)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pymysql
+import pytest
+
+from conveyor.backends import open_backend
+from conveyor.backends.mysql.backend import MySQLBackend, parse_url
+from conveyor.errors import ConfigError
+from conveyor.records import JobFilter
+
+from .helpers import done, ins, raw_connection
+
+
+@pytest.fixture
+def mysql(mysql_base: str):
+    from tests.conftest import _mysql_connect, mysql_database_url
+
+    name = f"conveyor_t_{uuid.uuid4().hex[:12]}"
+    with _mysql_connect(mysql_base) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    backend = open_backend(mysql_database_url(mysql_base, name))
+    assert isinstance(backend, MySQLBackend)
+    backend.migrate()
+    yield backend
+    backend.close()
+    with _mysql_connect(mysql_base) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def test_url_forms():
+    a = parse_url("mysql://app:p%40ss@db.example:3307/jobs?connect_timeout=3")
+    assert (a["user"], a["password"], a["host"], a["port"], a["database"]) == (
+        "app",
+        "p@ss",
+        "db.example",
+        3307,
+        "jobs",
+    )
+    assert a["connect_timeout"] == 3.0
+    assert parse_url("mariadb://root@127.0.0.1/x")["port"] == 3306
+    with pytest.raises(ConfigError, match="names no database"):
+        parse_url("mysql://root@127.0.0.1:3306/")
+    with pytest.raises(ConfigError, match="unknown MySQL URL option"):
+        parse_url("mysql://root@h/db?sslmode=x")
+
+
+def test_a_deadlock_is_retried_whole_and_counted(mysql):
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+        return "ok"
+
+    before = mysql.deadlock_retries
+    assert mysql._retry(flaky) == "ok" and len(calls) == 3
+    assert mysql.deadlock_retries == before + 2
+    with pytest.raises(pymysql.err.OperationalError):  # anything else is not retried
+        mysql._retry(lambda: (_ for _ in ()).throw(pymysql.err.OperationalError(1146, "x")))
+
+
+def test_racing_workers_run_every_job_once_and_deadlocks_are_counted(mysql):
+    """Eight threads (each its own connection) claim and finish 600 jobs, some of
+    them keyed (limited claims), while an operator retries and cancels: every job
+    ends exactly once; deadlocks and lock wait timeouts, if any, were retried."""
+    mysql.job_insert_many(jobs=[ins(args=[i]) for i in range(500)])
+    mysql.job_insert_many(
+        jobs=[
+            ins(queue="k", args=[i], concurrency_key=f"k{i % 5}", concurrency_limit=2)
+            for i in range(100)
+        ]
+    )
+    finished: list[int] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            idle = 0
+            while idle < 20:
+                jobs = mysql.job_claim(queues=["q", "k"], worker_id=f"w{n}", limit=7)
+                if not jobs:
+                    idle += 1
+                    continue
+                idle = 0
+                ok = mysql.job_finalize_many(worker_id=f"w{n}", outcomes=[done(j) for j in jobs])
+                with lock:
+                    finished.extend(ok)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert len(finished) == len(set(finished)) == 600
+    assert mysql.job_count(filter=JobFilter()) == {"succeeded": 600}
+    # the count is there to be read (a figure for the report), and stays bounded:
+    # far fewer retries than transactions
+    print(f"deadlock/lock-wait retries under 8 racing workers: {mysql.deadlock_retries}")
+    assert 0 <= mysql.deadlock_retries < 600
+
+
+def test_an_open_transaction_holds_the_change_horizon(mysql):
+    head = mysql.changes_head()
+    conn = raw_connection(mysql)
+    try:
+        mysql.job_insert_many(jobs=[ins()], conn=conn)  # takes a change number, open
+        mysql.job_insert_many(jobs=[ins()])  # a later number, committed
+        assert mysql.changes_since(after=head, filter=JobFilter()) == []
+        conn.commit()
+        assert len(mysql.changes_since(after=head, filter=JobFilter())) == 2
+    finally:
+        conn.close()
+    mysql.counts_fold()  # prunes the numbers no reader needs: the next ones go on
+    mysql.job_insert_many(jobs=[ins()])
+    assert len(mysql.changes_since(after=head, filter=JobFilter())) == 3
+
+
+def test_a_send_wakes_a_notifier_in_the_same_process_at_once(mysql):
+    """No LISTEN/NOTIFY: the commit hints this process's notifiers directly
+    (other processes poll the change index)."""
+    import time
+
+    notifier = mysql.notifier()
+    try:
+        notifier.wait(0.05)  # drain
+        began = time.monotonic()
+        mysql.job_insert_many(jobs=[ins(queue="mail")])
+        hints = notifier.wait(5)
+        assert "mail" in hints and time.monotonic() - began < 1.0
+        conn = raw_connection(mysql)  # in the caller's transaction: hinted at once
+        try:
+            mysql.job_insert_many(jobs=[ins(queue="late")], conn=conn)
+            assert "late" in notifier.wait(5)
+            conn.commit()
+        finally:
+            conn.close()
+    finally:
+        notifier.close()
+
+
+def test_another_process_is_noticed_by_polling(mysql):
+    """A commit from another connection, which the hub does not see, is noticed
+    by the notifier's poll of the change index."""
+    other = open_backend(mysql.url)
+    notifier = mysql.notifier()
+    try:
+        from conveyor.backends.mysql import backend as mod
+
+        mod.HUB._notifiers.clear()  # as if the sender were another process
+        notifier.wait(0.05)
+        other.job_insert_many(jobs=[ins(queue="mail")])
+        assert notifier.wait(5) == {"*"}
+    finally:
+        notifier.close()
+        other.close()
