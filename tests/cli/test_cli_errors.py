@@ -97,8 +97,13 @@ def test_module_entry_point_runs() -> None:
 
 
 def test_unsupported_url_names_the_supported_ones(invoke: Invoke) -> None:
+    line = one_error_line(invoke("status", url="oracle://x"))
+    assert "sqlite:///" in line and "postgresql://" in line and "mysql://" in line
+
+
+def test_a_mysql_url_without_a_database_says_how_to_write_one(invoke: Invoke) -> None:
     line = one_error_line(invoke("status", url="mysql://x"))
-    assert "sqlite:///" in line and "postgresql://" in line
+    assert "names no database" in line and "mysql://user:pass@host:3306/dbname" in line
 
 
 def test_unreachable_postgres_is_one_line(invoke: Invoke) -> None:
