@@ -429,3 +429,12 @@ ON DUPLICATE KEY UPDATE batch_size = VALUES(batch_size),
     poll_interval_s = VALUES(poll_interval_s), max_processing_s = VALUES(max_processing_s),
     max_attempts = VALUES(max_attempts), retry_interval_s = VALUES(retry_interval_s),
     retry_cap_s = VALUES(retry_cap_s), updated_at = VALUES(updated_at)
+
+-- name: job_chain_due
+-- By the generated chain_due_state and its index (no partial indexes here: the
+-- shared query's chain_next IS NULL matches every job without a chain, so it
+-- scanned the table on every pass of the flow service).
+SELECT id, state, result, error, chain, chain_root FROM conveyor_jobs
+WHERE chain_due_state IN ('succeeded', 'failed', 'cancelled')
+ORDER BY id
+LIMIT :limit
