@@ -329,7 +329,7 @@ SELECT j.id FROM conveyor_jobs j
 WHERE j.state = :state AND j.finished_at < {NOW_MINUS(:older_than_s)}
   AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
   AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
-ORDER BY j.id
+ORDER BY j.finished_at, j.id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED
 

@@ -551,15 +551,16 @@ SET tokens = least(%(burst)s, conveyor_rate_limits.tokens
     updated_at = excluded.updated_at
 
 -- name: job_prune_ids
--- Retention: finished jobs older than the cutoff, a small batch at a time, never
--- a job of an open batch or a chain link not yet advanced. SKIP LOCKED: two
--- workers pruning at once take different rows.
+-- Retention: finished jobs older than the cutoff, oldest first by the finished
+-- index (v14), a small batch at a time, never a job of an open batch or a chain
+-- link not yet advanced. SKIP LOCKED: two workers pruning at once take different
+-- rows.
 SELECT j.id FROM conveyor_jobs j
 WHERE j.state = %(state)s
   AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
   AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
   AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
-ORDER BY j.id
+ORDER BY j.finished_at, j.id
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED
 
