@@ -28,6 +28,7 @@ import logging
 import math
 import random
 import secrets
+import socket
 import threading
 import time
 import weakref
@@ -293,12 +294,18 @@ class MySQLBackend(SqlBackend):
                 # rowcount = rows matched, as on PostgreSQL and SQLite (not only changed)
                 client_flag=CLIENT.FOUND_ROWS,
             )
+            _network_defaults(conn)
             with conn.cursor() as cur:
                 # UTC everywhere; READ COMMITTED: no gap locks (REPEATABLE READ's
                 # next-key locks make SKIP LOCKED claims block each other), and each
                 # statement sees what committed before it (limited claims rely on it).
                 cur.execute("SET time_zone = '+00:00'")
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                # Our transactions are short: a lock held for seconds belongs to a
+                # client that is gone or stuck. Give up after 10 s (not InnoDB's 50)
+                # and retry the whole transaction (error 1205), so a worker that
+                # was cut off, or is stopping, is never held for most of a minute.
+                cur.execute("SET SESSION innodb_lock_wait_timeout = 10")
         except pymysql.Error as exc:
             raise self._unavailable(exc) from exc
         return conn
@@ -1055,6 +1062,31 @@ class MySQLBackend(SqlBackend):
             pass
         # The leader's pass also forgets change numbers no reader needs any more.
         self._count("change_prune", {"horizon": self._horizon()})
+
+
+def _network_defaults(conn: Any) -> None:
+    """TCP keepalives and a send timeout on the connection's socket (as the
+    PostgreSQL backend asks libpq for): through a network that silently drops
+    packets, a read or write fails within seconds instead of hanging for the
+    kernel's default of many minutes, so a worker cut off from the database stays
+    able to stop and to reconnect."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    options = [
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), 10),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), 3),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), 3),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), 15_000),
+    ]
+    for level, name, value in options:
+        if name is None:  # not on this platform
+            continue
+        try:
+            sock.setsockopt(level, name, value)
+        except OSError:
+            pass
 
 
 def _plain_success(o: Finalize) -> bool:
