@@ -1017,14 +1017,7 @@ class MySQLBackend(SqlBackend):
         window_s: float | None = None,
         now: datetime | None = None,
     ) -> int:
-        params = {
-            "aging_s": float(aging_s),
-            "max_boost": max_boost,
-            "limit": limit,
-            "window_s": None if window_s is None else float(window_s),
-            "ks": json.dumps(list(range(1, max_boost + 1))),
-            "now": self._now(now),
-        }
+        params = self._age_params(aging_s, max_boost, limit, window_s, now)
 
         def run() -> int:
             with self._tx() as cur:

@@ -344,7 +344,20 @@ class SqlBackend(Backend):
         window_s: float | None = None,
         now: datetime | None = None,
     ) -> int:
-        params = {
+        return self._count(
+            "job_age_priorities", self._age_params(aging_s, max_boost, limit, window_s, now)
+        )
+
+    def _age_params(
+        self,
+        aging_s: float,
+        max_boost: int,
+        limit: int,
+        window_s: float | None,
+        now: datetime | None,
+    ) -> dict[str, Any]:
+        """Parameters of a priority-aging pass (every dialect's statements take these)."""
+        return {
             "aging_s": float(aging_s),
             "max_boost": max_boost,
             "limit": limit,
@@ -352,7 +365,6 @@ class SqlBackend(Backend):
             "ks": json.dumps(list(range(1, max_boost + 1))),
             "now": self._now(now),
         }
-        return self._count("job_age_priorities", params)
 
     def job_prune(
         self,
