@@ -208,6 +208,10 @@ def run(
         raise ConfigError(f"unknown phase(s) {', '.join(unknown)}; phases are: {', '.join(PHASES)}")
     if pgqueuer and not url.startswith(("postgres://", "postgresql://")):
         raise ConfigError("--pgqueuer needs a PostgreSQL URL (PgQueuer runs on PostgreSQL only)")
+    if pgqueuer:
+        from . import pgq
+
+        pgq.check()  # before any phase: a missing package fails at once
     bench = Bench(url, jobs, say)
     try:
         bench.clear()

@@ -57,11 +57,20 @@ def _drain(dsn: str, n: int, batch: int, tmp: Path) -> int:
     return round(n / max(float(notes["last"]) - float(notes["first"]), 1e-9))
 
 
-def run(url: str, n: int, tmp: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def check() -> Any:
+    """The pgqueuer module, or a ConfigError saying what to install."""
     try:
-        pgqueuer: Any = importlib.import_module("pgqueuer")
-    except ImportError:
-        raise ConfigError("--pgqueuer: PgQueuer is not installed (pip install pgqueuer)") from None
+        importlib.import_module("asyncpg")
+        return importlib.import_module("pgqueuer")
+    except ImportError as exc:
+        raise ConfigError(
+            f"--pgqueuer: {exc.name or 'PgQueuer'} is not installed"
+            " (pip install 'conveyor[bench]', or pip install pgqueuer asyncpg)"
+        ) from None
+
+
+def run(url: str, n: int, tmp: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    pgqueuer = check()
     dsn = _dsn(url)
     result: dict[str, Any] = {"version": pgqueuer.__version__}
     say(f"pgqueuer: {n:,} jobs by Queries.enqueue, calls of 1,000")

@@ -91,6 +91,7 @@ DIALECT = Dialect(
         "JSON": lambda a: a[0],
         "TS": lambda a: f"CAST({a[0]} AS DATETIME(6))",
         "FOR_UPDATE": lambda a: "FOR UPDATE",
+        "INDEXED_BY": lambda a: "",  # the planner has statistics
         # The tables' collation is binary (exact keys): lower both sides.
         "ICONTAINS": lambda a: f"LOWER(CAST({a[0]} AS CHAR)) LIKE LOWER({a[1]})",
         "GREATEST": lambda a: f"GREATEST({', '.join(a)})",

@@ -62,6 +62,7 @@ DIALECT = Dialect(
         "JSON": lambda a: f"{a[0]}::jsonb",
         "TS": lambda a: f"{a[0]}::timestamptz",
         "FOR_UPDATE": lambda a: "FOR UPDATE",
+        "INDEXED_BY": lambda a: "",  # the planner has statistics
         "ICONTAINS": lambda a: f"{a[0]}::text ILIKE {a[1]}",
         "GREATEST": lambda a: f"greatest({', '.join(a)})",
         # The writing transaction's id: event streams read changes in this order, up

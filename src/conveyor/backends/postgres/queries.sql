@@ -554,9 +554,11 @@ SET tokens = least(%(burst)s, conveyor_rate_limits.tokens
 -- Retention: finished jobs older than the cutoff, oldest first by the finished
 -- index (v14), a small batch at a time, never a job of an open batch or a chain
 -- link not yet advanced. SKIP LOCKED: two workers pruning at once take different
--- rows.
+-- rows. The state is named twice: the IN matches the partial index's predicate,
+-- which a parameter alone cannot (a generic plan of the prepared statement, or
+-- SQLite's planner, would scan the whole table).
 SELECT j.id FROM conveyor_jobs j
-WHERE j.state = %(state)s
+WHERE j.state = %(state)s AND j.state IN ('succeeded', 'failed', 'cancelled')
   AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s)
   AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
   AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')

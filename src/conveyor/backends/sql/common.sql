@@ -317,7 +317,10 @@ SELECT chain FROM conveyor_jobs WHERE id = :id AND chain_next IS NULL {FOR_UPDAT
 UPDATE conveyor_jobs SET chain = {JSON(:chain)} WHERE id = :id AND chain_next IS NULL
 
 -- name: job_chain_due
-SELECT id, state, result, error, chain, chain_root FROM conveyor_jobs
+-- Through the chain-due partial index: SQLite otherwise took the finished-jobs
+-- index (v14) and sorted every finished job on each pass of the flow service.
+SELECT id, state, result, error, chain, chain_root
+FROM conveyor_jobs {INDEXED_BY(conveyor_jobs_chain_due_idx)}
 WHERE chain IS NOT NULL AND chain_next IS NULL AND state IN ('succeeded', 'failed', 'cancelled')
 ORDER BY id
 LIMIT :limit

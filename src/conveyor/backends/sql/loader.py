@@ -16,6 +16,8 @@ style) overrides any of them and adds its own. Macros, expanded once at load:
 ``{TS(:p)}``              a timestamp parameter
 ``{FOR_UPDATE}``          row locks for read-then-write (nothing where the
                           transaction holds the only write lock already)
+``{INDEXED_BY(index)}``    after a table name: plan through that index (SQLite, which has
+                          no statistics to choose between two partial indexes)
 ``{ICONTAINS(col, :p)}``  ``col`` contains the text of ``p``, ignoring case
 ``{CHANGE}``              the change stamp of the statement's transaction (events)
 ``{CHANGED_AFTER(c, id, :c, :id)}``  the row's (stamp, id) comes after a cursor

@@ -48,6 +48,9 @@ DIALECT = Dialect(
         "TS": lambda a: a[0],
         # BEGIN IMMEDIATE holds the only write lock: nothing to lock row by row.
         "FOR_UPDATE": lambda a: "",
+        # SQLite plans without statistics (no ANALYZE): where two partial indexes
+        # fit, it may take the wrong one (see job_chain_due).
+        "INDEXED_BY": lambda a: f"INDEXED BY {a[0]}",
         "ICONTAINS": lambda a: f"{a[0]} LIKE {a[1]} ESCAPE '\\'",
         "GREATEST": lambda a: f"max({', '.join(a)})",
         # One writer at a time: one more than any change stamped so far is in commit

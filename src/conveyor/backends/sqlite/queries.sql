@@ -197,8 +197,10 @@ WHERE id IN (
 RETURNING id
 
 -- name: job_prune_ids
+-- (See the PostgreSQL query: the IN lets SQLite use the partial finished index.)
 SELECT j.id FROM conveyor_jobs j
-WHERE j.state = :state AND j.finished_at < :now - :older_than_s
+WHERE j.state = :state AND j.state IN ('succeeded', 'failed', 'cancelled')
+  AND j.finished_at < :now - :older_than_s
   AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
   AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
 ORDER BY j.finished_at, j.id
