@@ -3,6 +3,14 @@
 -- client-side cost of a 1,000-row insert). A NULL %(now)s means the server's
 -- clock, so every machine of a cluster agrees on lease expiry. Single statements
 -- run in autocommit: no BEGIN/COMMIT round trips on the hot paths.
+--
+-- By id: an UPDATE of jobs picked by a CTE or sent as arrays also names their ids
+-- as `j.id = ANY(...)`, an index condition on the primary key. Joined only to the
+-- CTE, the plan depends on statistics: right after a table was emptied and
+-- refilled (a new install, a bulk enqueue before autovacuum's next ANALYZE) the
+-- planner believed the table nearly empty and walked all of it once per claim or
+-- completion, 100 picked rows against every job (a claim of 100 from 3,000 jobs:
+-- 119 ms instead of 7.6 ms; quadratic in the backlog). tests/backend/test_plans.py.
 
 -- name: job_insert_many
 -- One statement for the whole chunk: arrays in, unnest, one row per job.
@@ -123,8 +131,8 @@ SET state = 'running',
     started_at = t.now,
     error = NULL,
     changed = {CHANGE}
-FROM picked, t
-WHERE j.id = picked.id
+FROM t
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
@@ -200,7 +208,7 @@ WITH i AS (
     -- out of 'running' clears it), so id + token is the whole fence. Not also
     -- "state = 'running'": that matches the partial lease index, and a generic
     -- plan after an ANALYZE that saw no running jobs then nested-loops over them.
-    WHERE j.id = i.id AND j.lease_token = i.token
+    WHERE j.id = i.id AND j.lease_token = i.token AND j.id = ANY(%(id)b::bigint[])  -- (see "By id" at the top)
     RETURNING j.id, j.queue, j.state, j.attempt, j.started_at, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), woken AS (
@@ -246,6 +254,7 @@ WITH released AS (
         cancel_requested = false, changed = {CHANGE}
     FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
     WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
+      AND j.id = ANY(%(id)b::bigint[])  -- (see "By id" at the top)
     RETURNING j.id, j.queue, j.attempt + 1 AS ran, j.stage, j.started_at
 ), logged AS (
     INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
@@ -315,7 +324,7 @@ WITH t AS (
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
         changed = {CHANGE}
     FROM expired e, t
-    WHERE j.id = e.id
+    WHERE j.id = e.id AND j.id = ANY(ARRAY(SELECT id FROM expired))  -- (see "By id" at the top)
     RETURNING j.id, j.state, j.attempt, j.stage, j.queue, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), logged AS (
@@ -345,7 +354,8 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE conveyor_jobs j SET state = 'available', changed = {CHANGE} FROM due WHERE j.id = due.id
+UPDATE conveyor_jobs j SET state = 'available', changed = {CHANGE}
+WHERE j.id = ANY(ARRAY(SELECT id FROM due))  -- (see "By id" at the top)
 RETURNING j.queue
 
 -- name: schema_version_table
@@ -422,7 +432,7 @@ WITH t AS (
 )
 UPDATE conveyor_jobs j SET base_priority = due.base, priority = due.target
 FROM due
-WHERE j.id = due.id
+WHERE j.id = due.id AND j.id = ANY(ARRAY(SELECT id FROM due))  -- (see "By id" at the top)
 RETURNING j.id
 
 -- name: queue_mark_keyed
@@ -531,8 +541,8 @@ SET state = 'running',
     started_at = t.now,
     error = NULL,
     changed = {CHANGE}
-FROM picked, t
-WHERE j.id = picked.id
+FROM t
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
