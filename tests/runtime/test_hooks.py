@@ -114,10 +114,14 @@ def test_a_worker_with_no_resolver_claims_nothing_but_runs_the_services(db_url):
     with Running(app, resolver="none"):
         time.sleep(0.5)
         assert batch.jobs()[0].state == JobState.AVAILABLE  # not claimed
-        with Running(Conveyor(db_url), queues=["default"]) as runner:
-            runner.worker.app.task(name="item")(lambda i: i)
+        second = Conveyor(db_url)
+        # registered before the worker starts: a worker claims only the tasks it
+        # has handlers for when it starts (registering after raced with that)
+        second.task(name="item")(lambda i: i)
+        with Running(second, queues=["default"]):
             # the first worker (leader or not) and the second close the batch together
             assert batch.wait(timeout=20).state == "succeeded"
+        second.close()
     app.close()
 
 
