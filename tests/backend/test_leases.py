@@ -3,6 +3,7 @@ rescuing the jobs of dead workers, and the maintenance of waiting jobs."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -146,6 +147,37 @@ def test_finalize_batch_applies_each_outcome(backend):
     assert backend.job_get(job_id=b.id).error == "boom"
     assert backend.job_attempts(job_id=b.id)[0].traceback == "tb"
     assert backend.job_get(job_id=c.id).state == "running"
+
+
+def test_a_batch_of_outcomes_answers_each_job_once_at_its_first_outcome(backend):
+    """Plain successes go in one statement on some dialects, the rest row by row:
+    a job named twice counts once, at its first outcome, and every result comes
+    back as sent."""
+    backend.job_insert_many(jobs=[ins(args=[i]) for i in range(5)])
+    a, b, c, d, e = sorted(fetch(backend), key=lambda j: j.id)
+    results = {
+        a.id: json.dumps({"text": 'café ☃ "quoted" \\ back', "n": [1, 2.5, None]}),
+        c.id: "null",
+        e.id: json.dumps("x" * 50_000),
+    }
+    accepted = backend.job_finalize_many(
+        worker_id="w1",
+        outcomes=[
+            done(e, result_json=results[e.id]),
+            done(b, state="failed", error="boom"),
+            done(a, result_json=results[a.id]),
+            done(a, result_json="2"),  # again: refused, the first stands
+            done(d, token="stale"),
+            done(c, result_json=results[c.id]),
+        ],
+    )
+    assert sorted(accepted) == sorted([e.id, b.id, a.id, c.id])  # each once
+    for job_id, text in results.items():
+        got = backend.job_get(job_id=job_id)
+        assert (got.state, got.result, got.lease_owner) == ("succeeded", json.loads(text), "w1")
+        assert backend.job_attempts(job_id=job_id)[0].outcome == "succeeded"
+    assert backend.job_get(job_id=b.id).state == "failed"
+    assert backend.job_get(job_id=d.id).state == "running"
 
 
 def test_a_job_whose_cancel_was_requested_ends_cancelled_whatever_it_returned(backend):

@@ -28,6 +28,7 @@ PG_ONLY = {
 }
 SQLITE_ONLY = {
     "job_finalize_one",
+    "job_succeed_many",  # plain successes of a batch in one UPDATE ... FROM json_each
     "job_release_one",
     "job_expired_leases",
     "job_rescue_one",

@@ -58,7 +58,15 @@ from ...records import (
 from ..interfaces import Notifier
 from ..sql.backend import SqlBackend, chunks
 from ..sql.loader import Dialect, load_migrations, load_queries
-from ..sql.logic import KeyPair, QueueLimits, limited_params, queue_limits, queue_spends
+from ..sql.logic import (
+    KeyPair,
+    QueueLimits,
+    first_outcomes,
+    limited_params,
+    plain_success,
+    queue_limits,
+    queue_spends,
+)
 
 log = logging.getLogger("conveyor.mysql")
 T = TypeVar("T")
@@ -780,7 +788,8 @@ class MySQLBackend(SqlBackend):
     ) -> list[int]:
         if not outcomes:
             return []
-        return self._retry(lambda: self._finalize(worker_id, outcomes, self._now(now)))
+        firsts = first_outcomes(outcomes)
+        return self._retry(lambda: self._finalize(worker_id, firsts, self._now(now)))
 
     def _finalize(self, worker_id: str, outcomes: Sequence[Finalize], ts: Any) -> list[int]:
         accepted: list[int] = []
@@ -801,7 +810,7 @@ class MySQLBackend(SqlBackend):
                 for o in sorted(outcomes, key=lambda o: o.job_id)
                 if o.job_id in held and held[o.job_id]["lease_token"] == o.token
             ]
-            plain = [o for o in mine if _plain_success(o)]
+            plain = [o for o in mine if plain_success(o)]
             if plain:  # one statement for the common case
                 results = {str(o.job_id): json.loads(o.result_json) for o in plain if o.result_json}
                 self._qc(
@@ -816,7 +825,7 @@ class MySQLBackend(SqlBackend):
                 )
                 accepted += [o.job_id for o in plain]
             for o in mine:
-                if _plain_success(o):
+                if plain_success(o):
                     continue
                 params = {**o._asdict(), "id": o.job_id, "now": ts, "worker_id": worker_id}
                 if self._qc(cur, "job_finalize_one", params):
@@ -1081,21 +1090,6 @@ def _network_defaults(conn: Any) -> None:
             sock.setsockopt(level, name, value)
         except OSError:
             pass
-
-
-def _plain_success(o: Finalize) -> bool:
-    """A success that changes nothing but the state, result and lease."""
-    return (
-        o.state == JobState.SUCCEEDED
-        and o.outcome == Outcome.SUCCEEDED
-        and o.error is None
-        and o.traceback is None
-        and o.retry_in_s is None
-        and o.next_stage is None
-        and o.context_json is None
-        and o.priority is None
-        and o.max_attempts is None
-    )
 
 
 def _naive_utc(value: datetime) -> datetime:

@@ -41,6 +41,7 @@ from ..sql.logic import (
     WINDOW_MAX,
     KeyPair,
     QueueLimits,
+    first_outcomes,
     limited_params,
     next_window_factor,
     queue_limits,
@@ -552,6 +553,7 @@ class PostgresBackend(SqlBackend):
     ) -> list[int]:
         if not outcomes:
             return []
+        outcomes = first_outcomes(outcomes)
         rows = self._rows("job_finalize_many", _finalize_params(worker_id, outcomes, now))
         return [r["job_id"] for r in rows]
 

@@ -7,7 +7,16 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ...errors import SchemaError
-from ...records import ACTIVE_STATES, BatchRecord, BatchState, Inserted, JobInsert, JobState
+from ...records import (
+    ACTIVE_STATES,
+    BatchRecord,
+    BatchState,
+    Finalize,
+    Inserted,
+    JobInsert,
+    JobState,
+    Outcome,
+)
 from .loader import Migration
 
 KeyPair = tuple[str | None, str | None]
@@ -187,3 +196,31 @@ def queue_spends(
     if claimed and limits.spend:
         spends.append({**limits.spend, "key": f"queue={queue}", "taken": len(claimed)})
     return spends
+
+
+def plain_success(o: Finalize) -> bool:
+    """A success that changes nothing but the state, result and lease: the common
+    outcome, which the dialects that finish jobs row by row write in one statement."""
+    return (
+        o.state == JobState.SUCCEEDED
+        and o.outcome == Outcome.SUCCEEDED
+        and o.error is None
+        and o.traceback is None
+        and o.retry_in_s is None
+        and o.next_stage is None
+        and o.context_json is None
+        and o.priority is None
+        and o.max_attempts is None
+    )
+
+
+def first_outcomes(outcomes: Sequence[Finalize]) -> Sequence[Finalize]:
+    """The outcomes with a job named twice kept at its first: every dialect then
+    records that one and answers the job once (a set-based UPDATE would otherwise
+    apply either of the two)."""
+    if len({o.job_id for o in outcomes}) == len(outcomes):
+        return outcomes
+    firsts: dict[int, Finalize] = {}
+    for o in outcomes:
+        firsts.setdefault(o.job_id, o)
+    return list(firsts.values())

@@ -33,7 +33,14 @@ from ...records import (
 from ..interfaces import Notifier
 from ..sql.backend import SqlBackend
 from ..sql.loader import Dialect, load_migrations, load_queries
-from ..sql.logic import KeyPair, limited_params, queue_limits, queue_spends
+from ..sql.logic import (
+    KeyPair,
+    first_outcomes,
+    limited_params,
+    plain_success,
+    queue_limits,
+    queue_spends,
+)
 
 DIALECT = Dialect(
     name="sqlite",
@@ -375,12 +382,22 @@ class SQLiteBackend(SqlBackend):
     ) -> list[int]:
         if not outcomes:
             return []
+        outcomes = first_outcomes(outcomes)
         ts = _epoch(now)
         accepted: list[int] = []
         with self._tx() as cur:
+            plain = [o for o in outcomes if plain_success(o)]
+            done: dict[int, dict[str, Any]] = {}
+            if plain:  # the common case: one statement for the batch
+                batch = json.dumps([[o.job_id, o.token, o.result_json] for o in plain])
+                params = {"batch": batch, "now": ts, "worker_id": worker_id}
+                done = {row["id"]: row for row in self._q(cur, "job_succeed_many", params)}
             for o in outcomes:
-                params = {**o._asdict(), "id": o.job_id, "now": ts, "worker_id": worker_id}
-                row = cur.execute(Q["job_finalize_one"], params).fetchone()
+                if plain_success(o):
+                    row = done.get(o.job_id)
+                else:
+                    params = {**o._asdict(), "id": o.job_id, "now": ts, "worker_id": worker_id}
+                    row = cur.execute(Q["job_finalize_one"], params).fetchone()
                 if row is None:
                     continue  # lease no longer held: refused, nothing changed
                 accepted.append(o.job_id)

@@ -80,6 +80,28 @@ SET state = CASE WHEN cancel_requested AND :state <> 'failed' THEN 'cancelled' E
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, started_at, attempt, state, error
 
+-- name: job_succeed_many
+-- The common outcome, plain successes (see logic.plain_success), for a whole
+-- batch in one statement: the values job_finalize_one gives them, fenced the
+-- same way. :batch is a JSON array of [id, token, result text]; every row gets
+-- the statement's one change stamp (one transaction, as on PostgreSQL). A
+-- statement per row cost 2.5x as much per job (bind, step, row read-back).
+UPDATE conveyor_jobs
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END,
+    result = json_extract(o.value, '$[2]'),
+    error = CASE WHEN cancel_requested
+                 THEN 'cancelled while running (it finished before its worker learned)' END,
+    finished_at = :now,
+    cancel_requested = 0,
+    lease_owner = CASE WHEN cancel_requested THEN NULL ELSE :worker_id END,
+    lease_token = NULL, lease_expires_at = NULL,
+    changed = {CHANGE}
+FROM json_each(:batch) AS o
+WHERE conveyor_jobs.id = json_extract(o.value, '$[0]')
+  AND conveyor_jobs.lease_token = json_extract(o.value, '$[1]')
+  AND conveyor_jobs.state = 'running'
+RETURNING id, started_at, attempt, state, error
+
 -- name: job_release_one
 -- Graceful shutdown: give the job back and un-count the attempt it was on (the
 -- backend logs a "released" attempt).
