@@ -82,6 +82,18 @@ _WRITERS: dict[str, threading.RLock] = {}
 _WRITERS_LOCK = threading.Lock()
 
 
+def _forget_writers() -> None:
+    """A forked child starts with fresh turns: a lock held by a parent's thread at
+    the fork would never be released there."""
+    global _WRITERS_LOCK
+    _WRITERS.clear()
+    _WRITERS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_writers)
+
+
 def _epoch(now: datetime | None) -> float:
     return time.time() if now is None else now.timestamp()
 
@@ -155,8 +167,7 @@ class SQLiteBackend(SqlBackend):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        with _WRITERS_LOCK:  # one per file in this process, whichever app opened it
-            self._writer = _WRITERS.setdefault(self.path, threading.RLock())
+        self._writer_pid = -1
         self._conn()  # fail now, with a clear message, if the file cannot be opened
 
     # -- connections -------------------------------------------------------------------
@@ -239,7 +250,8 @@ class SQLiteBackend(SqlBackend):
         # (1, 2, 5, 10 ms...) while the winner is long done: a worker's claims and
         # completions, on two threads, lost a third of a drain's time that way.
         # Other processes still meet at SQLite's lock, under its busy timeout.
-        if not self._writer.acquire(timeout=self.busy_timeout_s):
+        writer = self._writer()
+        if not writer.acquire(timeout=self.busy_timeout_s):
             raise self._busy(sqlite3.OperationalError("database is locked"))
         try:
             cur = own.cursor()
@@ -259,7 +271,16 @@ class SQLiteBackend(SqlBackend):
             cur.close()  # a RETURNING statement not read to its end would block COMMIT
             own.execute("COMMIT")
         finally:
-            self._writer.release()
+            writer.release()
+
+    def _writer(self) -> threading.RLock:
+        """This process's write turn for the file: one per file, whichever app
+        opened it (looked up again in a forked child)."""
+        if self._writer_pid != os.getpid():
+            with _WRITERS_LOCK:
+                self._writer_lock = _WRITERS.setdefault(self.path, threading.RLock())
+            self._writer_pid = os.getpid()
+        return self._writer_lock
 
     def _check_caller_conn(self, conn: Any) -> None:
         if not isinstance(conn, sqlite3.Connection):
