@@ -79,6 +79,14 @@ class Follower(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        try:
+            self._follow()
+        except httpx.TransportError:
+            if not self.stop.is_set():
+                raise
+            # the server closed the stream as the run ended: nothing lost
+
+    def _follow(self) -> None:
         with (
             httpx.Client(base_url=self.base, timeout=None) as c,
             c.stream("GET", "/v1/events", params=self.params) as r,
