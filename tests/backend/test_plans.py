@@ -129,3 +129,7 @@ def test_hot_paths_find_jobs_by_id_when_statistics_are_stale(backend, db_url):
     ]
     done = _pg_analyze(backend, "job_finalize_many", _finalize_params("w", outcomes, None))
     assert _walked(done) < 1000, done
+    # the leader's rescue reads the running jobs (a partial index), not every job
+    rescue = _pg_analyze(backend, "job_rescue", {"worker_ttl_s": 60.0, "limit": 100, "now": None})
+    assert "conveyor_jobs_owner_idx on conveyor_jobs j " in rescue, rescue
+    assert "Seq Scan on conveyor_jobs" not in rescue, rescue

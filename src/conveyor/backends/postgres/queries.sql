@@ -309,7 +309,9 @@ WITH t AS (
                    SELECT 1 FROM conveyor_workers w
                    WHERE w.id = j.lease_owner
                      AND w.last_seen_at >= t.now - make_interval(secs => %(worker_ttl_s)s))))
-    ORDER BY j.id
+    -- No ORDER BY: ordered by id, a planner that took the table for nearly empty
+    -- walked the primary key over every job; unordered, it reads the running
+    -- jobs through their partial index whatever the statistics say.
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ), moved AS (
