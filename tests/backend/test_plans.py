@@ -45,8 +45,8 @@ def _pg_plan(backend: Any, name: str) -> str:
         cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         cur.execute("SET LOCAL enable_seqscan = off")  # an index that fits is taken
         cur.execute(f"PREPARE conveyor_plan_probe AS {sql}")
-        args = ", ".join("NULL" for _ in names)
-        cur.execute(f"EXPLAIN EXECUTE conveyor_plan_probe({args})" if names else "")
+        args = f"({', '.join('NULL' for _ in names)})" if names else ""
+        cur.execute(f"EXPLAIN EXECUTE conveyor_plan_probe{args}")
         plan = "\n".join(str(next(iter(r.values()))) for r in cur.fetchall())
         cur.execute("DEALLOCATE conveyor_plan_probe")
     return plan

@@ -77,21 +77,9 @@ DIALECT = Dialect(
 Q = load_queries(__package__ or "conveyor.backends.sqlite", DIALECT)
 MIGRATIONS = load_migrations(__package__ or "conveyor.backends.sqlite")
 _SYNC_MODES = {"off", "normal", "full", "extra"}
-# The write turn of each database file among this process's threads (see _tx).
-_WRITERS: dict[str, threading.RLock] = {}
-_WRITERS_LOCK = threading.Lock()
-
-
-def _forget_writers() -> None:
-    """A forked child starts with fresh turns: a lock held by a parent's thread at
-    the fork would never be released there."""
-    global _WRITERS_LOCK
-    _WRITERS.clear()
-    _WRITERS_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_writers)
+# The write turn of each database file among this process's threads (see _tx),
+# by (process id, path): a forked child never shares a turn a parent's thread holds.
+_WRITERS: dict[tuple[int, str], threading.RLock] = {}
 
 
 def _epoch(now: datetime | None) -> float:
@@ -275,11 +263,11 @@ class SQLiteBackend(SqlBackend):
 
     def _writer(self) -> threading.RLock:
         """This process's write turn for the file: one per file, whichever app
-        opened it (looked up again in a forked child)."""
-        if self._writer_pid != os.getpid():
-            with _WRITERS_LOCK:
-                self._writer_lock = _WRITERS.setdefault(self.path, threading.RLock())
-            self._writer_pid = os.getpid()
+        opened it (looked up again in a forked child; setdefault is atomic)."""
+        pid = os.getpid()
+        if self._writer_pid != pid:
+            self._writer_lock = _WRITERS.setdefault((pid, self.path), threading.RLock())
+            self._writer_pid = pid
         return self._writer_lock
 
     def _check_caller_conn(self, conn: Any) -> None:
