@@ -43,10 +43,14 @@ class Procs:
         return [(int(job), int(pid)) for k, job, pid in rows if k == kind]
 
     def drain_and_stop(self, producer: Conveyor, workers: list[subprocess.Popen]) -> None:
-        """Wait until nothing is left to run, then SIGTERM the workers: each must
-        exit 0 (a graceful stop)."""
+        """Wait until nothing is left to run and every worker has started (a
+        SIGTERM while Python still imports the app kills the process: no handler
+        yet), then SIGTERM the workers: each must exit 0 (a graceful stop)."""
         from .helpers import wait_for
 
+        for w in workers:
+            started = lambda w=w: " started: " in w.log.read_text()  # noqa: E731
+            wait_for(started, timeout=60, what="worker started")
         active = ("available", "running", "scheduled")
         wait_for(
             lambda: not any(c.state in active and c.count for c in producer.counts()),
@@ -74,7 +78,7 @@ def procs(db_url, tmp_path):
 @pytest.fixture
 def producer(db_url):
     app = Conveyor(db_url)
-    for name in ("effect", "sleepy", "crash"):
+    for name in ("effect", "raced", "sleepy", "crash"):
         app.task(name=name)(lambda *a: None)
     yield app
     app.close()

@@ -36,6 +36,13 @@ def effect(i: int) -> int:
 
 
 @app.task
+def raced(i: int) -> int:
+    race_partner()
+    record("ran")
+    return i
+
+
+@app.task
 def sleepy(seconds: float) -> str:
     record("start")
     time.sleep(seconds)

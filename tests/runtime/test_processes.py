@@ -32,7 +32,9 @@ def test_killed_worker_job_is_finished_by_another_exactly_once(procs, producer):
 
 
 def test_two_processes_racing_over_1000_jobs_lose_none_and_run_each_once(procs, producer):
-    jobs = producer.tasks["effect"].send_many([(i,) for i in range(1000)])
+    # "raced": each process's first job waits for the other's, so both take part
+    # however fast one of them drains alone
+    jobs = producer.tasks["raced"].send_many([(i,) for i in range(1000)])
     workers = [procs.worker(concurrency=10, lease_s=30) for _ in range(2)]
     procs.drain_and_stop(producer, workers)
     ran = procs.lines("ran")
