@@ -13,8 +13,13 @@ started_at), read from the jobs themselves.
             dashboard make (counts, oldest waiting, first pages, batch
             progress), p50/max over 20 calls each.
   memory    one worker's RSS over 1,000,000 jobs (sampled every second).
+  churn     PostgreSQL with autovacuum off on Conveyor's tables: rounds of
+            enqueue + drain (one worker) + delete, the dead rows left in place;
+            with the leader's tidying (VACUUM past 50,000 dead rows) and
+            without it (vacuum_dead_rows=None), each on a fresh database.
 
     .venv/bin/python bench/bench_scale.py --phases workers,finished,memory --out /tmp/scale.jsonl
+    .venv/bin/python bench/bench_scale.py --phases churn --n 20000 --rounds 12
 """
 
 from __future__ import annotations
@@ -46,9 +51,10 @@ def say(msg: str) -> None:
     print(f"bench_scale: {msg}", file=sys.stderr, flush=True)
 
 
-def worker(url: str) -> subprocess.Popen:
+def worker(url: str, **extra_env: str) -> subprocess.Popen:
     env = {
         **os.environ,
+        **extra_env,
         "CONVEYOR_DATABASE_URL": url,
         "PYTHONPATH": f"{Path(conveyor.__file__).parents[1]}{os.pathsep}{REPO / 'bench'}",
     }
@@ -306,6 +312,54 @@ def phase_memory(backend: str, total: int, out: str | None) -> None:
     )
 
 
+def phase_churn(n: int, rounds: int, out: str | None) -> None:
+    for tidy in ("on", "off"):
+        fresh_database("postgres", PG_DB, SQLITE_FILE)
+        url = db_url("postgres", PG_DB, SQLITE_FILE)
+        app = Conveyor(url)
+        app.migrate()
+        with psycopg.connect(url, autocommit=True) as c:
+            tables = c.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'conveyor%'"
+                " AND schemaname = current_schema()"
+            ).fetchall()
+            for (table,) in tables:
+                c.execute(f'ALTER TABLE "{table}" SET (autovacuum_enabled = false)')
+        rates = []
+        for r in range(rounds):
+            enqueue(app, n, QUEUE)
+            w = worker(url, SCALE_VACUUM=tidy)
+            if w.wait(900) != 0:
+                raise SystemExit(f"a worker exited with {w.returncode}")
+            rates.append(round(span_rate("postgres", url, n)))
+            with psycopg.connect(url, autocommit=True) as c:
+                c.execute("DELETE FROM conveyor_jobs WHERE queue = %s", (QUEUE,))
+            say(f"churn, tidying {tidy}: round {r + 1}: {rates[-1]:,} jobs/s")
+        with psycopg.connect(url) as c:
+            dead, vacuums, mib = c.execute(
+                "SELECT n_dead_tup, vacuum_count, pg_total_relation_size(relid) / 1048576"
+                " FROM pg_stat_user_tables"
+                " WHERE relname = 'conveyor_jobs' AND schemaname = current_schema()"
+            ).fetchone()
+        app.close()
+        emit(
+            {
+                "bench": "scale",
+                "phase": "churn",
+                "tidying": tidy,
+                "jobs_per_round": n,
+                "rates": rates,
+                "first_3_mean": round(statistics.mean(rates[:3])),
+                "last_3_mean": round(statistics.mean(rates[-3:])),
+                "dead_rows_at_end": dead,
+                "vacuums": vacuums,
+                "jobs_table_mib_at_end": int(mib),
+                "commit": commit(),
+            },
+            out,
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--phases", default="workers,finished,memory")
@@ -325,6 +379,8 @@ def main() -> None:
             phase_memory(backend, a.memory_jobs, a.out)
     if "finished" in phases:
         phase_finished(a.n, a.rounds, a.finished, a.out)
+    if "churn" in phases:
+        phase_churn(a.n, a.rounds, a.out)
 
 
 if __name__ == "__main__":

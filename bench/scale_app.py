@@ -6,7 +6,11 @@ import os
 
 from conveyor import Conveyor
 
-app = Conveyor(os.environ.get("CONVEYOR_DATABASE_URL"))
+# SCALE_VACUUM=off: the leader never VACUUMs (the churn phase's control run)
+app = Conveyor(
+    os.environ.get("CONVEYOR_DATABASE_URL"),
+    vacuum_dead_rows=None if os.environ.get("SCALE_VACUUM") == "off" else 50_000,
+)
 
 
 @app.task(queue="bench_scale")

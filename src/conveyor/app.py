@@ -78,6 +78,7 @@ class Conveyor(ServingMixin):
         priority_aging_s: float | None = 60.0,
         priority_max_boost: int = 10,
         retention: dict[str, float | None] | None = None,
+        vacuum_dead_rows: int | None = 50_000,
         middleware: Sequence[Middleware] = (),
     ) -> None:
         self.url = url or os.environ.get("CONVEYOR_DATABASE_URL") or DEFAULT_URL
@@ -91,6 +92,18 @@ class Conveyor(ServingMixin):
         self.priority_max_boost = priority_max_boost
         #: seconds finished jobs are kept, per state; None keeps them forever
         self.retention = {**DEFAULT_RETENTION, **_check_retention(retention or {})}
+        #: PostgreSQL: the leader VACUUMs a Conveyor table once this many dead rows
+        #: (and 10% of its live ones) piled up; None leaves it all to autovacuum
+        if vacuum_dead_rows is not None and (
+            not isinstance(vacuum_dead_rows, int)
+            or isinstance(vacuum_dead_rows, bool)
+            or vacuum_dead_rows < 1
+        ):
+            raise ConfigError(
+                f"vacuum_dead_rows must be a positive number of rows or None, got "
+                f"{vacuum_dead_rows!r}"
+            )
+        self.vacuum_dead_rows = vacuum_dead_rows
         if priority_aging_s is not None and priority_aging_s <= 0:
             raise ConfigError(f"priority_aging_s must be > 0 or None, got {priority_aging_s}")
         self.tasks: dict[str, Task] = {}

@@ -102,3 +102,10 @@ def test_a_sensitive_name_must_be_a_parameter() -> None:
 
         @app.task(sensitive=("pasword",))
         def login(user: str, password: str) -> None: ...
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, "many", True])
+def test_vacuum_threshold_is_a_positive_row_count_or_none(tmp_path, bad):
+    with pytest.raises(ConfigError, match="vacuum_dead_rows"):
+        Conveyor(f"sqlite:///{tmp_path}/c.db", vacuum_dead_rows=bad)
+    assert Conveyor(f"sqlite:///{tmp_path}/c.db", vacuum_dead_rows=None).vacuum_dead_rows is None

@@ -53,6 +53,7 @@ def cluster_services(
                 aging_s=app.priority_aging_s,
                 max_boost=app.priority_max_boost,
                 retention=app.retention,
+                tidy_min_dead=app.vacuum_dead_rows,
             ),
             flow,
         ]

@@ -1,10 +1,13 @@
 """Cluster-wide maintenance, run by the leader only: rescue the jobs of dead
-workers, make due scheduled jobs available, age priorities, prune finished jobs
-and forget long-dead workers. Every statement is indexed and bounded."""
+workers, make due scheduled jobs available, age priorities, prune finished jobs,
+forget long-dead workers, and tidy tables whose dead rows pile up. Every
+statement is indexed and bounded, but for the tidying (a VACUUM on PostgreSQL),
+which runs on a thread of its own so that it never holds up a rescue."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -31,6 +34,8 @@ class Maintenance(ThreadService):
         max_boost: int = 10,
         retention: Mapping[str, float | None] | None = None,
         prune_every_s: float = 60.0,
+        tidy_every_s: float = 10.0,
+        tidy_min_dead: int | None = 50_000,
     ) -> None:
         super().__init__(interval)
         self.backend = backend
@@ -45,6 +50,11 @@ class Maintenance(ThreadService):
         #: seconds to keep finished jobs, per state (None: forever)
         self.retention = dict(retention or {})
         self.prune_every_s = prune_every_s
+        #: how often to look for tables to tidy, and the dead rows that call for it
+        self.tidy_every_s = tidy_every_s
+        self.tidy_min_dead = tidy_min_dead
+        self._tidying: threading.Thread | None = None
+        self._last_tidy = 0.0
         self._last_slow = 0.0
         self._last_aged = 0.0
         self._last_prune = 0.0
@@ -56,6 +66,9 @@ class Maintenance(ThreadService):
         self.backend.job_schedule_due(now=now)
         self.backend.counts_fold()
         clock = time.monotonic()
+        if self.tidy_min_dead is not None and clock - self._last_tidy >= self.tidy_every_s:
+            self._last_tidy = clock
+            self.tidy_soon()
         # Aging needs only a pass per aging period (at most every 5 s); the rest
         # can wait a few seconds too (every pass when a test passes time in).
         if self.aging_s and (now is not None or clock - self._last_aged >= min(5.0, self.aging_s)):
@@ -65,6 +78,28 @@ class Maintenance(ThreadService):
         self._last_slow = clock
         self.backend.worker_prune_stale(older_than_s=self.stale_worker_s, now=now)
         self.prune_due(now)
+
+    def tidy_soon(self) -> threading.Thread | None:
+        """Start a tidying pass on its own thread, unless one is still running."""
+        if self._tidying is not None and self._tidying.is_alive():
+            return None
+        self._tidying = threading.Thread(target=self._tidy, name="conveyor-tidy", daemon=True)
+        self._tidying.start()
+        return self._tidying
+
+    def _tidy(self) -> None:
+        assert self.tidy_min_dead is not None
+        try:
+            self.backend.tidy(min_dead=self.tidy_min_dead)
+        except Exception as exc:  # the next pass tries again; nothing depends on it
+            if not self.stopping:
+                log.warning("could not tidy the tables: %s", exc)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        super().stop(timeout)
+        tidying = self._tidying
+        if tidying is not None:
+            tidying.join(timeout)  # a VACUUM of a big table may go on; it is harmless
 
     def age(self, now: datetime | None, clock: float) -> None:
         """One aging pass: the jobs whose age crossed a boost since the last pass

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+import psycopg.sql
 from psycopg.rows import dict_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool
@@ -437,6 +438,34 @@ class PostgresBackend(SqlBackend):
             self._q(cur, "notify", {"queues": work})
         if "@done" in queues:
             self._q(cur, "notify_events", {"queues": ["done"]})
+
+    def tidy(self, *, min_dead: int = 50_000, dead_fraction: float = 0.1) -> list[str]:
+        """VACUUM the tables whose dead rows piled up (autovacuum off, or behind a
+        queue's churn). SKIP_LOCKED: a table autovacuum is on now is skipped, and
+        nothing waits. A role that does not own a table gets a warning from the
+        server and changes nothing."""
+        rows = self._rows(
+            "tables_to_vacuum", {"min_dead": min_dead, "dead_fraction": dead_fraction}
+        )
+        done = []
+        for r in rows:
+            statement = psycopg.sql.SQL("VACUUM (SKIP_LOCKED) {}").format(
+                psycopg.sql.Identifier(r["name"])
+            )
+            began = time.monotonic()
+            try:
+                with self.pool.connection() as c:
+                    c.execute(statement, prepare=False)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                raise _connect_error(self.url, exc) from exc
+            log.info(
+                "vacuumed %s (%d dead rows) in %.2fs",
+                r["name"],
+                r["dead"],
+                time.monotonic() - began,
+            )
+            done.append(r["name"])
+        return done
 
     def _limits_changed(self) -> None:
         self._limits_cache.clear()

@@ -578,6 +578,19 @@ ORDER BY j.finished_at, j.id
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED
 
+-- name: tables_to_vacuum
+-- Conveyor's tables (those the search path shows) with dead rows piling up: every
+-- claim and outcome leaves one, and until VACUUM removes them their entries in
+-- the fetch index lie in front of the waiting jobs, so each claim walks them all
+-- (869,000 dead rows with autovacuum off: a claim of 100 took 4.6 ms, 2.5 ms
+-- after a VACUUM). The statistics are estimates, and enough.
+SELECT s.relname AS name, s.n_dead_tup AS dead
+FROM pg_stat_user_tables s
+JOIN pg_class c ON c.oid = s.relid
+WHERE c.relname LIKE 'conveyor\_%%' AND pg_table_is_visible(c.oid)
+  AND s.n_dead_tup >= greatest(%(min_dead)s::bigint, %(dead_fraction)s::float8 * s.n_live_tup)
+ORDER BY s.n_dead_tup DESC
+
 -- name: notify
 -- Hints to workers (queue names, "@flow", "@cancel"), delivered at commit.
 SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
