@@ -20,8 +20,8 @@ PG_ONLY = {
     "job_rescue",
     "worker_heartbeat",
     "migration_lock",  # advisory lock; SQLite migrators serialise on the write lock
-    "limits_lock",  # advisory lock; SQLite claims serialise under BEGIN IMMEDIATE
-    "limits_lock_keys",  # the keyed claims' shared lock, after the queue's own
+    "limits_lock",  # advisory locks (the queue's, then the keys'); SQLite serialises
+    # its claims under BEGIN IMMEDIATE
     "queue_running",  # the room left under a queue limit, counted under its lock
     "notify",
     "notify_events",

@@ -533,8 +533,8 @@ class PostgresBackend(SqlBackend):
                 # then sees every limited claim committed before the locks were ours.
                 # The queue's lock serialises claims of this queue only; a keyed
                 # queue's claim also takes the keys' lock (keys are shared by queues).
-                cur.execute(Q["limits_lock"], {"queue": queue})
                 lim = limits[queue]
+                cur.execute(Q["limits_lock"], {"queue": queue, "keyed": lim.keyed})
                 if not lim.keyed and lim.rate_per_s is None and lim.max_running is not None:
                     # Only a queue limit: the plain claim, sized by the room left.
                     [running] = self._q(cur, "queue_running", {"queue": queue})
@@ -544,8 +544,6 @@ class PostgresBackend(SqlBackend):
                             cur, "job_claim", {**params, "queues": [queue], "limit": room}
                         )
                     continue
-                if lim.keyed:
-                    cur.execute(Q["limits_lock_keys"])
                 claimed = self._q(
                     cur,
                     "job_claim_limited",
