@@ -178,3 +178,38 @@ def test_limited_claim_reads_its_window_in_index_order(backend, db_url):
         r"Index Scan using conveyor_jobs_fetch_idx on conveyor_jobs j\S* .*rows=(\d+)", plan
     )
     assert scanned and int(scanned.group(1)) <= 200, plan
+
+
+def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
+    """The running jobs of the candidates' keys are counted through the running-key
+    index (v15), not by reading every running job of every queue."""
+    if db_url.startswith("sqlite"):
+        plan = _sqlite_plan(backend, "job_claim_limited")
+        assert "conveyor_jobs_running_key_idx" in plan, plan
+        return
+    if db_url.startswith("mysql"):
+        with backend._tx() as cur:
+            cur.execute("EXPLAIN " + backend.Q["limits_busy"], {"keys": ("u1", "u2")})
+            plan = str(cur.fetchall())
+        assert "conveyor_jobs_running_key_idx" in plan, plan
+        return
+    from conveyor.backends.sql.logic import QueueLimits, limited_params
+
+    backend.job_insert_many(
+        jobs=[ins(args=[i], concurrency_key=f"u{i % 50}", concurrency_limit=2) for i in range(500)]
+    )
+    backend.job_insert_many(jobs=[ins(queue="other", args=[i]) for i in range(500)])
+    backend.job_claim(queues=["other"], worker_id="w", limit=500)  # running, unkeyed
+    params = {
+        "worker_id": "w",
+        "lease_s": None,
+        "now": None,
+        "tasks": None,
+        "schema_version": backend.latest_schema,
+        "limit": 100,
+        "identity": ["w"],
+        **limited_params("q", QueueLimits(None, None, None, keyed=True), 100, 2),
+    }
+    plan = _pg_analyze(backend, "job_claim_limited", params)
+    assert "conveyor_jobs_running_key_idx" in plan, plan
+    assert "rows=100 loops=1" in plan, plan

@@ -88,9 +88,10 @@ FOR UPDATE SKIP LOCKED
 
 -- name: limits_busy
 -- Running jobs per concurrency key among the candidates' keys (across queues).
-SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
-WHERE state = 'running' AND concurrency_key {IN(:keys)}
-GROUP BY concurrency_key
+-- By the running-key column's index (v15).
+SELECT running_key AS concurrency_key, count(*) AS n FROM conveyor_jobs
+WHERE running_key {IN(:keys)}
+GROUP BY running_key
 
 -- name: limits_tokens
 -- Rate buckets refilled for the time elapsed (the backend caps them at burst).

@@ -453,7 +453,8 @@ ON CONFLICT (name) DO UPDATE SET keyed = true WHERE NOT conveyor_queues.keyed
 -- Locking the candidates' keys one by one cost more than it saved with one worker
 -- (bench_limits keys1000: 0.49x -> 0.38x of unlimited).
 SELECT pg_advisory_xact_lock(72628374, hashtext(%(queue)s)),
-       CASE WHEN %(keyed)s THEN pg_advisory_xact_lock(7262837502) END
+       CASE WHEN %(keyed)s THEN pg_advisory_xact_lock(7262837502) END,
+       set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- name: queue_running
 -- Running jobs in one queue (under the queue's lock: current), by the state index.
@@ -509,8 +510,11 @@ WITH t AS (
     -- planner, with no statistics on a CTE, joined it to the candidates by a nested
     -- loop (1,000 x 100 comparisons, 9 of a claim's 14 ms); a lookup is one probe.
     SELECT coalesce(jsonb_object_agg(concurrency_key, n), '{}') AS n FROM (
+        -- By the running-key index (v15), an index condition naming the keys.
         SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
-        WHERE state = 'running' AND concurrency_key IN (SELECT concurrency_key FROM cand)
+        WHERE state = 'running' AND concurrency_key IS NOT NULL
+          AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM cand
+                                          WHERE concurrency_key IS NOT NULL))
         GROUP BY concurrency_key) x
 ), bucket AS MATERIALIZED (  -- tokens per rate key, {key: tokens}, likewise
     SELECT coalesce(jsonb_object_agg(k.rate_key, least(k.burst, coalesce(

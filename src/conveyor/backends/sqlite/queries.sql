@@ -263,8 +263,9 @@ WITH cand AS (
                               ORDER BY c.priority DESC, c.scheduled_at, c.id) AS spread_rn
     FROM cand c
 ), busy AS (
-    SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
-    WHERE state = 'running' AND concurrency_key IN (SELECT concurrency_key FROM cand)
+    SELECT concurrency_key, count(*) AS n FROM conveyor_jobs  -- the running-key index (v15)
+    WHERE state = 'running' AND concurrency_key IS NOT NULL
+      AND concurrency_key IN (SELECT concurrency_key FROM cand)
     GROUP BY concurrency_key
 ), bucket AS (
     SELECT k.rate_key,
@@ -278,9 +279,12 @@ WITH cand AS (
     FROM (SELECT 1) LEFT JOIN conveyor_rate_limits b ON b.key = 'queue=' || :queue
     WHERE :queue_rate IS NOT NULL
 ), room AS (
-    SELECT max(0, min(:limit, coalesce(:max_running - (
-        SELECT count(*) FROM conveyor_jobs WHERE queue = :queue AND state = 'running'),
-        :limit), coalesce((SELECT n FROM queue_tokens), :limit))) AS n
+    -- the queue's running jobs are counted only under a queue limit
+    SELECT max(0, min(:limit,
+        CASE WHEN :max_running IS NULL THEN :limit
+             ELSE :max_running - (SELECT count(*) FROM conveyor_jobs
+                                  WHERE queue = :queue AND state = 'running')
+        END, coalesce((SELECT n FROM queue_tokens), :limit))) AS n
 ), picked AS (
     SELECT r.id FROM ranked r
     LEFT JOIN busy b ON b.concurrency_key = r.concurrency_key
