@@ -61,6 +61,7 @@ from ..sql.loader import Dialect, load_migrations, load_queries
 from ..sql.logic import (
     KeyPair,
     QueueLimits,
+    WindowSizes,
     first_outcomes,
     limited_params,
     plain_success,
@@ -279,6 +280,8 @@ class MySQLBackend(SqlBackend):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        #: per keyed queue, how far past its size a claim looks (next_window_factor)
+        self._windows = WindowSizes()
         self._kwargs = parse_url(url)
         self.database = self._kwargs["database"]
         self.hub_key = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
@@ -699,7 +702,8 @@ class MySQLBackend(SqlBackend):
         """One limited queue (see the PostgreSQL job_claim_limited, whose ranking this
         does in Python over the same window of candidates), under the queue's row
         lock, and the keys' lock for a keyed queue: always in that order."""
-        qp = limited_params(queue, lim, limit)
+        factor = self._windows.factor(queue)
+        qp = limited_params(queue, lim, limit, factor)
         with self._tx() as cur:
             self._q(cur, "limits_lock", {"queue": queue})
             if lim.keyed:
@@ -779,6 +783,7 @@ class MySQLBackend(SqlBackend):
                 if len(picked) < room:
                     picked.append(int(c["id"]))
             rows = self._take(cur, picked, base)
+            self._windows.update(queue, factor, limit, len(rows))
             for spend in queue_spends(queue, lim, rows):
                 self._qc(cur, "rate_spend", {**spend, "now": base["now"]})
             return rows

@@ -39,12 +39,11 @@ from ..interfaces import Notifier
 from ..sql.backend import SqlBackend
 from ..sql.loader import Dialect, load_migrations, load_queries
 from ..sql.logic import (
-    WINDOW_MAX,
     KeyPair,
     QueueLimits,
+    WindowSizes,
     first_outcomes,
     limited_params,
-    next_window_factor,
     queue_limits,
     queue_spends,
 )
@@ -358,7 +357,7 @@ class PostgresBackend(SqlBackend):
             raise _connect_error(url, exc) from exc
         self._limits_cache: dict[tuple[str, ...], tuple[float, dict[str, QueueLimits]]] = {}
         #: per keyed queue, how far past its size a claim looks (next_window_factor)
-        self._window: dict[str, int] = {}
+        self._windows = WindowSizes()
         self.pool = ConnectionPool(
             url,
             min_size=1,
@@ -526,7 +525,7 @@ class PostgresBackend(SqlBackend):
             if len(rows) >= limit:
                 break
             asked = limit - len(rows)
-            factor = self._window.get(queue, WINDOW_MAX)
+            factor = self._windows.factor(queue)
             qparams = limited_params(queue, limits[queue], asked, factor)
             with self._tx() as cur:
                 # Statements of their own: in READ COMMITTED the claim that follows
@@ -556,7 +555,7 @@ class PostgresBackend(SqlBackend):
                 )
                 for spend in queue_spends(queue, limits[queue], claimed):
                     cur.execute(Q["rate_spend"], {**spend, "now": now})
-                self._window[queue] = next_window_factor(factor, asked, len(claimed))
+                self._windows.update(queue, factor, asked, len(claimed))
                 rows += claimed
         jobs = [self._job(r) for r in rows]
         order = {q: i for i, q in enumerate(queues)}

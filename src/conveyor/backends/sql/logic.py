@@ -172,6 +172,20 @@ def next_window_factor(factor: int, asked: int, got: int) -> int:
     return max(WINDOW_MIN, factor // 2)
 
 
+class WindowSizes:
+    """Per keyed queue, the window factor its next claim uses (one per backend
+    instance: each worker process learns its own)."""
+
+    def __init__(self) -> None:
+        self._factor: dict[str, int] = {}
+
+    def factor(self, queue: str) -> int:
+        return self._factor.get(queue, WINDOW_MAX)
+
+    def update(self, queue: str, factor: int, asked: int, got: int) -> None:
+        self._factor[queue] = next_window_factor(factor, asked, got)
+
+
 def limited_params(
     queue: str, limits: QueueLimits, limit: int, window_factor: int = WINDOW_MAX
 ) -> dict[str, Any]:

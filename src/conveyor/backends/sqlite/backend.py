@@ -35,6 +35,7 @@ from ..sql.backend import SqlBackend
 from ..sql.loader import Dialect, load_migrations, load_queries
 from ..sql.logic import (
     KeyPair,
+    WindowSizes,
     first_outcomes,
     limited_params,
     plain_success,
@@ -156,6 +157,8 @@ class SQLiteBackend(SqlBackend):
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._writer_pid = -1
+        #: per keyed queue, how far past its size a claim looks (next_window_factor)
+        self._windows = WindowSizes()
         self._conn()  # fail now, with a clear message, if the file cannot be opened
 
     # -- connections -------------------------------------------------------------------
@@ -372,11 +375,13 @@ class SQLiteBackend(SqlBackend):
                     break
                 params = {**base, "queue": queue, "limit": limit - len(jobs)}
                 if queue in limits:  # under BEGIN IMMEDIATE the counts cannot move under us
+                    asked, factor = limit - len(jobs), self._windows.factor(queue)
                     params.update(
-                        limited_params(queue, limits[queue], limit - len(jobs)),
+                        limited_params(queue, limits[queue], asked, factor),
                         identity=self._list([worker_id, *tags]),
                     )
                     rows = self._q(cur, "job_claim_limited", params)
+                    self._windows.update(queue, factor, asked, len(rows))
                     for spend in queue_spends(queue, limits[queue], rows):
                         cur.execute(Q["rate_spend"], {**spend, "now": ts})
                 else:
