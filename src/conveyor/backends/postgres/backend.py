@@ -396,6 +396,30 @@ class PostgresBackend(SqlBackend):
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 
+    @contextmanager
+    def _pipelined_tx(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A transaction of our own in pipeline mode: statements whose results are
+        not read go out with the next one that is (BEGIN and a lock with the claim
+        after them; the last writes with COMMIT), one round trip each time the
+        caller reads. The server still runs them one after another, each with the
+        snapshot of its own start."""
+        try:
+            with (
+                self.pool.connection() as c,
+                c.pipeline(),
+                c.transaction(),
+                c.cursor() as cur,
+            ):
+                yield cur
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise _connect_error(self.url, exc) from exc
+
+    def _fetch(self, cur: Any, name: str, params: dict[str, Any]) -> list[Any]:
+        """Run a statement that returns rows and read them, in pipeline mode too
+        (where a cursor's description is unknown until its results are read)."""
+        cur.execute(Q[name], self._params(params))
+        return list(cur.fetchall())
+
     def _params(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"channel": CHANNEL, "events": EVENTS, **params}
 
@@ -527,7 +551,7 @@ class PostgresBackend(SqlBackend):
             asked = limit - len(rows)
             factor = self._windows.factor(queue)
             qparams = limited_params(queue, limits[queue], asked, factor)
-            with self._tx() as cur:
+            with self._pipelined_tx() as cur:
                 # Statements of their own: in READ COMMITTED the claim that follows
                 # then sees every limited claim committed before the locks were ours.
                 # The queue's lock serialises claims of this queue only; a keyed
@@ -536,14 +560,14 @@ class PostgresBackend(SqlBackend):
                 cur.execute(Q["limits_lock"], {"queue": queue, "keyed": lim.keyed})
                 if not lim.keyed and lim.rate_per_s is None and lim.max_running is not None:
                     # Only a queue limit: the plain claim, sized by the room left.
-                    [running] = self._q(cur, "queue_running", {"queue": queue})
+                    [running] = self._fetch(cur, "queue_running", {"queue": queue})
                     room = min(limit - len(rows), lim.max_running - running["n"])
                     if room > 0:
-                        rows += self._q(
+                        rows += self._fetch(
                             cur, "job_claim", {**params, "queues": [queue], "limit": room}
                         )
                     continue
-                claimed = self._q(
+                claimed = self._fetch(
                     cur,
                     "job_claim_limited",
                     {
