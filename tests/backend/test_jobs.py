@@ -30,6 +30,43 @@ def test_insert_then_get_round_trips(backend):
     assert backend.job_get(job_id=res.id + 1000) is None
 
 
+@pytest.mark.parametrize("delay_s", [0.0, 30.0])
+def test_one_job_is_stored_as_in_a_chunk(backend, delay_s):
+    """PostgreSQL writes a lone plain job with a statement of its own (scalars, no
+    arrays): every column must come out as the chunk statement writes it."""
+    import dataclasses
+
+    job = ins(
+        args=[1, {"k": "v"}],
+        priority=4,
+        max_attempts=6,
+        delay_s=delay_s,
+        timeout_s=1.5,
+        backoff_json='{"base": 2.0}',
+        stage="second",
+        context_json='{"step": 2}',
+        chain_json='[{"task": "t", "args": [], "kwargs": {}}]',
+        chain_root=7,
+        tenant="acme",
+        explicit=3,
+    )
+    [alone] = backend.job_insert_many(jobs=[job])
+    chunk = backend.job_insert_many(
+        jobs=[job, job._replace(args_json='{"args": [], "kwargs": {}}')]
+    )
+    varying = {"id", "created_at", "scheduled_at"}
+
+    def stored(job_id: int) -> dict:
+        return {
+            k: v
+            for k, v in dataclasses.asdict(backend.job_get(job_id=job_id)).items()
+            if k not in varying
+        }
+
+    assert stored(alone.id) == stored(chunk[0].id)
+    assert stored(alone.id)["state"] == ("scheduled" if delay_s else "available")
+
+
 def test_insert_many_returns_ids_in_input_order(backend):
     results = backend.job_insert_many(jobs=[ins(args=[i]) for i in range(50)])
     assert [backend.job_get(job_id=r.id).args for r in results] == [[i] for i in range(50)]

@@ -15,6 +15,7 @@ from conveyor.backends.sqlite import backend as lite
 # one statement with arrays, CTEs and NOTIFY; SQLite runs a statement per row (or
 # several) under BEGIN IMMEDIATE.
 PG_ONLY = {
+    "job_insert_one",  # a plain send: scalars, where job_insert_many sends arrays
     "job_finalize_many",
     "job_release_many",
     "job_rescue",

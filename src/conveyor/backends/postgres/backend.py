@@ -504,6 +504,9 @@ class PostgresBackend(SqlBackend):
         ):
             # Nothing to resolve: one statement in autocommit (its NOTIFY is sent at
             # its commit), no BEGIN and COMMIT round trips. Ids grow in input order.
+            if len(jobs) == 1:
+                rows = self._rows("job_insert_one", {**jobs[0]._asdict(), "now": now})
+                return [Inserted(rows[0]["id"], True)]
             rows = self._rows("job_insert_many", _insert_params(jobs, now), sql=KEYLESS_INSERT)
             return [Inserted(jid, True) for jid in sorted(r["id"] for r in rows)]
         return super().job_insert_many(jobs=jobs, conn=conn, now=now)
