@@ -130,3 +130,36 @@ def test_racing_writers_never_make_a_reader_skip(backend):
     stop.set()
     reader.join(30)
     assert len(seen) == len(set(seen)) == 300
+
+
+def test_one_read_of_changes_sees_one_moment(backend):
+    """The stream reads jobs, then batches: a batch closed between the two reads,
+    after its last job's outcome, must not come out without that outcome (a
+    client that saw the close moved past the outcome for good: CI once lost 100
+    job.succeeded events of a 1,000-job batch this way)."""
+    batch_id, _ = make_batch(backend, n=1)
+    [job] = fetch(backend, n=1)
+    _, cursor = all_changes(backend, ChangeCursor(0), expect=2)  # batch opened, job claimed
+
+    def finish_and_close() -> None:  # on a thread of its own: another connection
+        backend.job_finalize_many(worker_id="w1", outcomes=[done(job)])
+        assert backend.batch_close(batch_id=batch_id) is not None
+
+    with backend._snapshot_reads() as read:
+
+        def between(name, params, *, sql=None):
+            rows = read(name, params, sql=sql)
+            if name == "changes_jobs":
+                t = threading.Thread(target=finish_and_close)
+                t.start()
+                t.join()
+            return rows
+
+        seen = backend._changes_since(between, cursor, JobFilter(), True, 500)
+    closed = [c for c in seen if c.batch is not None and c.batch.id == batch_id]
+    finished = [c for c in seen if c.job is not None and c.job.state == "succeeded"]
+    assert not closed or finished, seen
+    # and the next read sees both, the outcome first
+    after, _ = all_changes(backend, cursor, expect=2)
+    kinds = [("batch" if c.batch is not None else c.job.state) for c in after]
+    assert kinds.index("succeeded") < kinds.index("batch"), kinds

@@ -469,7 +469,7 @@ class MySQLBackend(SqlBackend):
         def run() -> list[Any]:
             try:
                 with self._conn().cursor() as cur:
-                    if _HORIZON in text:
+                    if _HORIZON in text and "horizon" not in params:
                         params["horizon"] = self._horizon()
                     cur.execute(text, params)
                     return list(cur.fetchall()) if cur.description else []
@@ -481,6 +481,17 @@ class MySQLBackend(SqlBackend):
                 raise self._fail(exc) from exc
 
         return self._retry(run)
+
+    @contextmanager
+    def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
+        """One horizon for every read: numbers below it are all committed, so
+        statements that each see the latest commits agree up to it."""
+        horizon = self._retry(self._horizon)
+
+        def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
+            return self._rows(name, {**params, "horizon": horizon}, sql=sql)
+
+        yield read
 
     def _count(self, name: str, params: dict[str, Any]) -> int:
         def run() -> int:

@@ -12,7 +12,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -411,6 +411,25 @@ class PostgresBackend(SqlBackend):
                 c.cursor() as cur,
             ):
                 yield cur
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise _connect_error(self.url, exc) from exc
+
+    @contextmanager
+    def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
+        """REPEATABLE READ: every statement of the transaction sees its first
+        snapshot (in READ COMMITTED each would take its own), the horizon of
+        in-flight transactions included."""
+        try:
+            with self.pool.connection() as c, c.transaction():
+                c.execute(
+                    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False
+                )
+
+                def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
+                    cur = c.execute(sql or Q[name], self._params(params))
+                    return cur.fetchall() if cur.description else []
+
+                yield read
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -101,6 +101,14 @@ class SqlBackend(Backend):
     def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
         """Run one statement on its own (autocommit) and return its rows as dicts
         (none for a statement without result)."""
+
+    @contextmanager
+    def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
+        """Reads that see one moment of the database (as ``_rows`` takes them):
+        the change stream reads jobs and batches in two statements, and a batch
+        closed between them must not be seen without the job outcomes before it.
+        A dialect whose statements each see their own moment overrides this."""
+        yield self._rows
 
     @abc.abstractmethod
     def _count(self, name: str, params: dict[str, Any]) -> int:
@@ -674,9 +682,20 @@ class SqlBackend(Backend):
     def changes_since(
         self, *, after: ChangeCursor, filter: JobFilter, batches: bool = True, limit: int = 500
     ) -> list[Change]:
+        with self._snapshot_reads() as read:
+            return self._changes_since(read, after, filter, batches, limit)
+
+    def _changes_since(
+        self,
+        read: Callable[..., list[Any]],
+        after: ChangeCursor,
+        filter: JobFilter,
+        batches: bool,
+        limit: int,
+    ) -> list[Change]:
         where, params = self._filter(filter)
         change, ident = after.after_job()
-        rows = self._rows(
+        rows = read(
             "changes_jobs",
             {**params, "after_change": str(change), "after_id": ident, "limit": limit},
             sql=self._with_filter("changes_jobs", where),
@@ -687,7 +706,7 @@ class SqlBackend(Backend):
         ]
         if batches and filter.ids is None:
             change, ident = after.after_batch()
-            brows = self._rows(
+            brows = read(
                 "changes_batches",
                 {
                     "batch_id": filter.batch_id or 0,

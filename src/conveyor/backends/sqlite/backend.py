@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -294,6 +294,20 @@ class SQLiteBackend(SqlBackend):
             raise self._busy(exc) from exc
         finally:
             cur.close()
+
+    @contextmanager
+    def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
+        """A deferred read transaction: in WAL mode its reads share the snapshot
+        of its first one, and it takes no write lock."""
+        conn = self._conn()
+        if conn.in_transaction:  # (never on our own thread-local connection)
+            yield self._rows
+            return
+        conn.execute("BEGIN")
+        try:
+            yield self._rows
+        finally:
+            conn.execute("COMMIT")
 
     def _count(self, name: str, params: dict[str, Any]) -> int:
         with self._tx() as cur:
