@@ -66,17 +66,36 @@ class _RollBack(Exception):
     pass
 
 
-def _pg_analyze(backend: Any, name: str, params: dict[str, Any]) -> str:
-    """EXPLAIN ANALYZE of a statement as the backend sends it, rolled back."""
+def _pg_analyze(backend: Any, name: str, params: dict[str, Any], *settings: str) -> str:
+    """EXPLAIN ANALYZE of a statement as the backend sends it, rolled back (after
+    ``settings``, statements such as ``SET LOCAL ...``)."""
     lines: list[str] = []
     try:
         with backend._tx() as cur:
+            for setting in settings:
+                cur.execute(setting)
             cur.execute("EXPLAIN ANALYZE " + backend.Q[name], backend._params(params))
             lines = [str(next(iter(r.values()))) for r in cur.fetchall()]
             raise _RollBack
     except _RollBack:
         pass
     return "\n".join(lines)
+
+
+def _keyed_claim_params(backend: Any) -> dict[str, Any]:
+    """A keyed claim of 100 from queue "q", window 2x, as the backend sends it."""
+    from conveyor.backends.sql.logic import QueueLimits, limited_params
+
+    return {
+        "worker_id": "w",
+        "lease_s": None,
+        "now": None,
+        "tasks": None,
+        "schema_version": backend.latest_schema,
+        "limit": 100,
+        "identity": ["w"],
+        **limited_params("q", QueueLimits(None, None, None, keyed=True), 100, 2),
+    }
 
 
 def _walked(plan: str) -> int:
@@ -145,33 +164,13 @@ def test_limited_claim_reads_its_window_in_index_order(backend, db_url):
     guards the ordered walk, which a reordering of the query could lose.)"""
     if not db_url.startswith("postgres"):
         pytest.skip("the plan of PostgreSQL's limited claim")
-    from conveyor.backends.sql.logic import QueueLimits, limited_params
-
     backend.job_insert_many(
         jobs=[ins(args=[i], concurrency_key=f"u{i % 50}", concurrency_limit=2) for i in range(3000)]
     )
-    params = {
-        "worker_id": "w",
-        "lease_s": None,
-        "now": None,
-        "tasks": None,
-        "schema_version": backend.latest_schema,
-        "limit": 100,
-        "identity": ["w"],
-        **limited_params("q", QueueLimits(None, None, None, keyed=True), 100, 2),
-    }
-    lines: list[str] = []
-    try:
-        with backend._tx() as cur:
-            cur.execute("SET LOCAL enable_sort = off")  # an ordered path, if there is one
-            cur.execute(
-                "EXPLAIN ANALYZE " + backend.Q["job_claim_limited"], backend._params(params)
-            )
-            lines = [str(next(iter(r.values()))) for r in cur.fetchall()]
-            raise _RollBack
-    except _RollBack:
-        pass
-    plan = "\n".join(lines)
+    # enable_sort off: an ordered path is taken, if there is one
+    plan = _pg_analyze(
+        backend, "job_claim_limited", _keyed_claim_params(backend), "SET LOCAL enable_sort = off"
+    )
     assert "rows=100 loops=1" in plan, plan
     assert not re.search(r"Sort Key: j_?\d*\.priority DESC", plan), plan
     scanned = re.search(
@@ -193,23 +192,11 @@ def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
             plan = str(cur.fetchall())
         assert "conveyor_jobs_running_key_idx" in plan, plan
         return
-    from conveyor.backends.sql.logic import QueueLimits, limited_params
-
     backend.job_insert_many(
         jobs=[ins(args=[i], concurrency_key=f"u{i % 50}", concurrency_limit=2) for i in range(500)]
     )
     backend.job_insert_many(jobs=[ins(queue="other", args=[i]) for i in range(500)])
     backend.job_claim(queues=["other"], worker_id="w", limit=500)  # running, unkeyed
-    params = {
-        "worker_id": "w",
-        "lease_s": None,
-        "now": None,
-        "tasks": None,
-        "schema_version": backend.latest_schema,
-        "limit": 100,
-        "identity": ["w"],
-        **limited_params("q", QueueLimits(None, None, None, keyed=True), 100, 2),
-    }
-    plan = _pg_analyze(backend, "job_claim_limited", params)
+    plan = _pg_analyze(backend, "job_claim_limited", _keyed_claim_params(backend))
     assert "conveyor_jobs_running_key_idx" in plan, plan
     assert "rows=100 loops=1" in plan, plan
