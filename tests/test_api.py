@@ -9,7 +9,7 @@ import psycopg
 import pymysql
 import pytest
 
-from conveyor import ConfigError, Conveyor, JobNotFound, JobState
+from conveyor import ConfigError, Conveyor, JobNotFound, JobState, SerializationError
 
 
 def _connect(app: Conveyor):
@@ -62,6 +62,56 @@ def test_asend_and_send_many(app, send_email):
     assert app.get_job(job.id).kwargs == {"body": "async"}
     with pytest.raises(TypeError, match="tuple of positional arguments"):
         send_email.send_many(["not-a-tuple"])
+
+
+#: a job's fields that a read gives back as they were sent (not id, args, times)
+_SENT_FIELDS = (
+    "queue", "task", "state", "priority", "max_attempts", "timeout", "backoff",
+    "tenant", "stage", "batch_id", "kwargs", "attempts", "unique_key", "idempotency_key",
+)  # fmt: skip
+
+
+def test_send_many_past_one_chunk_stores_what_one_chunk_does(app, send_email):
+    """Past STREAM_CHUNK items send_many goes out in chunks (PostgreSQL writes them
+    by COPY, formatting its own text rows): every job reads back as a one-chunk call
+    stores it, text that COPY escapes included, ids follow the input order, and the
+    handles match what a read gives."""
+    from conveyor.task import STREAM_CHUNK
+
+    odd = 'tab\there\nnew\r "q" back\\slash \\N é 𝄞 \\u0000 not a NUL'
+    items = [(f"{i}@x.y", odd if i % 3 == 0 else str(i)) for i in range(2 * STREAM_CHUNK + 7)]
+    options = {"delay": 30, "priority": 3, "tenant": "t\t1", "timeout": 7.5, "max_attempts": 2}
+    many = send_email.send_many(items, **options)
+    few = send_email.send_many(items[:2], **options)
+    assert [j.created for j in many] == [True] * len(items)
+    ids = [j.id for j in many]
+    assert ids == sorted(ids) and len(set(ids)) == len(items) and few[0].id > ids[-1]
+    one = app.get_job(few[0].id)
+    for job, item in zip(many, items, strict=True):
+        stored = app.get_job(job.id)
+        assert stored.args == list(item) == job.args
+        for name in _SENT_FIELDS:
+            assert getattr(stored, name) == getattr(one, name) == getattr(job, name), name
+        assert stored.scheduled_at - stored.created_at == one.scheduled_at - one.created_at
+    assert one.state == "scheduled" and one.tenant == "t\t1" and one.priority == 3
+    now = send_email.send_many([("n@w.z",)] * (STREAM_CHUNK + 1))  # available: workers woken
+    assert {app.get_job(j.id).state for j in now} == {JobState.AVAILABLE}
+
+
+def test_send_many_failing_in_a_later_chunk_enqueues_nothing(app, send_email):
+    from conveyor.task import STREAM_CHUNK
+
+    def total() -> int:
+        return sum(c.count for c in app.counts())
+
+    before = total()
+    items: list = [("a@b.c", "x")] * (2 * STREAM_CHUNK + 3)
+    with pytest.raises(TypeError, match=f"item {2 * STREAM_CHUNK + 1} for task"):
+        send_email.send_many([*items[:-2], "not-a-tuple", items[-1]])
+    with pytest.raises(SerializationError, match="Nothing was enqueued"):
+        send_email.send_many([*items, ("a@b.c", {1, 2})])
+    assert total() == before
+    assert len(send_email.send_many(items)) == len(items) and total() == before + len(items)
 
 
 def test_send_options(app, send_email):

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
@@ -33,6 +33,7 @@ from .records import (
     BulkResult,
     Change,
     ChangeCursor,
+    Inserted,
     JobFilter,
     JobInsert,
     JobRecord,
@@ -47,6 +48,8 @@ from .task import Task, TaskDefaults, check_queue_name
 from .waiter import ChangeWaiter
 
 log = logging.getLogger("conveyor")
+#: the (args, kwargs) each insert was encoded from, reused for the jobs' handles
+Payloads = Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 DAY = 86400.0
@@ -381,7 +384,7 @@ class Conveyor(ServingMixin):
         inserts: Sequence[JobInsert],
         *,
         conn: Any = None,
-        payloads: Sequence[tuple[Sequence[Any], Mapping[str, Any]]] | None = None,
+        payloads: Payloads | None = None,
     ) -> list[Job]:
         """Write prepared jobs; returns handles in input order. ``payloads`` are the
         (args, kwargs) the inserts were encoded from, reused for the handles. Jobs
@@ -395,7 +398,49 @@ class Conveyor(ServingMixin):
             inserts = changed
         now = datetime.now(UTC)
         results = self.backend.job_insert_many(jobs=inserts, conn=conn)
+        jobs = self._handles(inserts, results, payloads, now)
+        for m in self.middleware:
+            m.on_enqueued(jobs)
+        return jobs
+
+    def insert_stream(self, chunks: Iterable[tuple[Sequence[JobInsert], Payloads]]) -> list[Job]:
+        """Write jobs without keys or limits (the caller guarantees it), each chunk
+        with the (args, kwargs) its inserts were encoded from, in one transaction:
+        the backend may write a chunk while the next one is encoded. With enqueue
+        hooks (which see every job before any is written) it is ``insert_jobs``."""
+        inserts: list[JobInsert] = []
+        payloads: list[tuple[Sequence[Any], Mapping[str, Any]]] = []
+        if self.middleware:
+            for chunk, paid in chunks:
+                inserts.extend(chunk)
+                payloads.extend(paid)
+            return self.insert_jobs(inserts, payloads=payloads)
+
+        def settled() -> Iterator[Sequence[JobInsert]]:
+            for chunk, paid in chunks:
+                chunk = self._settle(chunk)
+                inserts.extend(chunk)
+                payloads.extend(paid)
+                yield chunk
+
+        now = datetime.now(UTC)
+        results = self.backend.job_insert_stream(chunks=settled())
+        return self._handles(inserts, results, payloads, now)
+
+    def _handles(
+        self,
+        inserts: Sequence[JobInsert],
+        results: Sequence[Inserted],
+        payloads: Payloads | None,
+        now: datetime,
+    ) -> list[Job]:
+        """The handles of written jobs, in input order: built from what was sent
+        for the jobs this call created, read back for the ones a key named."""
         jobs = []
+        # Jobs sent together differ only in their arguments: one template serves
+        # a run of them (compared as tuples without args_json, in C).
+        shared: tuple[Any, ...] = ()
+        template: dict[str, Any] = {}
         for n, (ins, res) in enumerate(zip(inserts, results, strict=True)):
             existing = None if res.created else self.backend.job_get(job_id=res.id)
             if existing is not None:
@@ -406,9 +451,10 @@ class Conveyor(ServingMixin):
             else:
                 decoded = json.loads(ins.args_json)
                 args, kwargs = decoded["args"], decoded["kwargs"]
-            jobs.append(_local_job(self, res.id, ins, list(args), dict(kwargs), now))
-        for m in self.middleware:
-            m.on_enqueued(jobs)
+            fields = ins[:_ARGS_AT] + ins[_ARGS_AT + 1 :]
+            if fields != shared:
+                shared, template = fields, _job_template(self, ins, now)
+            jobs.append(Job.fresh(template, res.id, list(args), dict(kwargs)))
         return jobs
 
     def task_for(self, name: str) -> Task:
@@ -1162,24 +1208,17 @@ def _check_retention(retention: Mapping[str, float | None]) -> dict[str, float |
     return {JobState(k): v for k, v in retention.items()}
 
 
-def _local_job(
-    app: Conveyor,
-    job_id: int,
-    ins: JobInsert,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    now: datetime,
-) -> Job:
-    """The handle of a job this process just created, built without a read-back
-    (``Job.fresh``: send_many makes thousands, and a dataclass constructor of this
-    many fields costs more than the rest of the insert's Python work)."""
-    return Job.fresh(
+_ARGS_AT = JobInsert._fields.index("args_json")
+
+
+def _job_template(app: Conveyor, ins: JobInsert, now: datetime) -> dict[str, Any]:
+    """The fields of the handles of jobs this process just created from inserts like
+    ``ins``, built without a read-back (``Job.template``, ``Job.fresh``: send_many
+    makes thousands)."""
+    return Job.template(
         app,
-        id=job_id,
         queue=ins.queue,
         task=ins.task,
-        args=args,
-        kwargs=kwargs,
         state=JobState.SCHEDULED if ins.delay_s > 0 else JobState.AVAILABLE,
         priority=ins.priority,
         attempts=0,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,40 @@ if TYPE_CHECKING:
     from .flow import Step
     from .job import Job
 
-_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
+def _fast_encode() -> Callable[[Any], str] | None:
+    """``_ENCODER.encode`` without its per-call set-up: ``JSONEncoder.encode``
+    builds a new C encoder for every value (two thirds of the 2 us it takes for
+    a job's arguments). The C encoder is CPython's own, the one ``encode`` uses;
+    it is used only if it gives the same text here, else ``encode`` is. It keeps
+    no circular-reference markers: a cycle ends in RecursionError, which
+    ``encode_json`` reports like any value JSON cannot hold."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        encoder = make(
+            None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+            False, False, False,
+        )  # fmt: skip
+
+        def encode(value: Any) -> str:
+            return "".join(encoder(value, 0))
+
+        sample = {"args": [1, 0.5, "é\n", None, True, [{}]], "kwargs": {"k": -2e300}}
+        if encode(sample) != _ENCODER.encode(sample):
+            return None
+        encode(float("nan"))
+    except ValueError:  # NaN refused, as allow_nan=False does
+        return encode
+    except Exception:
+        return None
+    return None  # NaN was accepted: not the encoder we asked for
+
+
+_ENCODE: Callable[[Any], str] = _fast_encode() or _ENCODER.encode
 #: a JSON-escaped NUL that is not itself an escaped backslash followed by "u0000"
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -212,7 +246,10 @@ def encode_json(what: str, value: Any, limit: int) -> str:
             f"{what} cannot be stored as JSON ({exc}); pass str, int, float, "
             "bool, None, lists and dicts, or convert the value first. Nothing was enqueued."
         ) from exc
-    if _NUL.search(text) or not _encodable(text):
+    # Both checks are rare failures: a plain substring test (a C loop) and the
+    # ASCII flag rule them out for almost every payload without a regex or an
+    # encode per job.
+    if ("\\u0000" in text and _NUL.search(text)) or not (text.isascii() or _encodable(text)):
         raise SerializationError(
             f"there is a NUL character or a lone surrogate in {what}, which "
             "a database cannot store as JSON text; remove it (or encode binary data, e.g. "
@@ -225,6 +262,16 @@ def encode_json(what: str, value: Any, limit: int) -> str:
             "and pass a reference. Nothing was enqueued."
         )
     return text
+
+
+#: send_many encodes and hands over this many jobs at a time when nothing needs
+#: to see them all first, so that PostgreSQL writes one chunk while the next is
+#: encoded. 25 to 500 enqueued within run-to-run noise of each other on the
+#: 2-core bench machine (about 52-65k jobs/s in 1,000-job calls), one statement
+#: for the whole call 51k.
+STREAM_CHUNK = 100
+_ARGS_AT = JobInsert._fields.index("args_json")
+_make_insert = JobInsert._make
 
 
 def _encodable(text: str) -> bool:
@@ -344,7 +391,9 @@ class Task:
         encoded = encode_args(self.name, args, kwargs, self.app.max_payload_bytes)
         d = self.defaults
         if d.concurrency_key is None and d.rate_limit is None and d.tenant_key is None:
-            return template._replace(args_json=encoded)
+            # template._replace() goes through a dict of keyword arguments; a tuple
+            # spliced around the one field that differs is a third of its cost.
+            return _make_insert((*template[:_ARGS_AT], encoded, *template[_ARGS_AT + 1 :]))
         limits: dict[str, Any] = {}
         if d.tenant_key is not None and template.tenant is None:
             limits["tenant"] = self._value(d.tenant_key, args, kwargs)
@@ -387,13 +436,18 @@ class Task:
         return str(bound.arguments[spec])
 
     def _inserts(
-        self, items: Iterable[Sequence[Any] | Mapping[str, Any] | _Call], template: JobInsert
+        self,
+        items: Iterable[Sequence[Any] | Mapping[str, Any] | _Call],
+        template: JobInsert,
+        start: int = 0,
     ) -> tuple[list[JobInsert], list[tuple[Sequence[Any], Mapping[str, Any]]]]:
         inserts, payloads = [], []
-        for n, item in enumerate(items):
+        for n, item in enumerate(items, start):
             args: Sequence[Any]
             kwargs: Mapping[str, Any]
-            if isinstance(item, _Call):
+            if type(item) is tuple:  # the common item, before the slower ABC checks
+                args, kwargs = item, {}
+            elif isinstance(item, _Call):
                 args, kwargs = item.args, item.kwargs
             elif isinstance(item, Mapping):
                 args, kwargs = (), item
@@ -529,5 +583,25 @@ class Task:
         conn = options.pop("conn", None)
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError("send_many cannot share one unique_key/idempotency_key across jobs")
-        inserts, payloads = self._inserts(items, self.template(**options))
+        template = self.template(**options)
+        d = self.defaults
+        if conn is None and not template.limited and d.concurrency_key is None and not d.rate_limit:
+            # No keys to resolve, no limits: the jobs go out in chunks, and the
+            # backend may write one while the next is encoded.
+            it = iter(items)
+            head = list(itertools.islice(it, STREAM_CHUNK + 1))
+            if len(head) > STREAM_CHUNK:
+                return self.app.insert_stream(self._chunks(itertools.chain(head, it), template))
+            items = head
+        inserts, payloads = self._inserts(items, template)
         return self.app.insert_jobs(inserts, conn=conn, payloads=payloads)
+
+    def _chunks(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]], template: JobInsert
+    ) -> Iterator[tuple[list[JobInsert], list[tuple[Sequence[Any], Mapping[str, Any]]]]]:
+        """``items`` encoded ``STREAM_CHUNK`` at a time."""
+        it = iter(items)
+        start = 0
+        while part := list(itertools.islice(it, STREAM_CHUNK)):
+            yield self._inserts(part, template, start)
+            start += len(part)

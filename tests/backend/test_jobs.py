@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from conveyor.backends.interfaces import JobStore
 from conveyor.records import Finalize, JobFilter
 
 from .helpers import done, fetch, ins, later, raw_connection
@@ -65,6 +66,55 @@ def test_one_job_is_stored_as_in_a_chunk(backend, delay_s):
 
     assert stored(alone.id) == stored(chunk[0].id)
     assert stored(alone.id)["state"] == ("scheduled" if delay_s else "available")
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 30.0])
+def test_a_stream_of_jobs_is_stored_as_one_statement_stores_it(backend, delay_s):
+    """job_insert_stream (PostgreSQL: COPY text rows the backend formats) writes
+    every column as job_insert_many does, text COPY must escape included, and
+    gives ids in input order; jobs with keys or limits are refused, not written."""
+    import dataclasses
+
+    odd = "tab\tnl\ncr\r back\\slash \\N é"
+    job = ins(
+        args=[1, {"k": odd}],
+        priority=4,
+        max_attempts=6,
+        delay_s=delay_s,
+        timeout_s=1.5,
+        backoff_json='{"base": 2.0}',
+        stage=f"second {odd}",
+        context_json='{"step": "\\t"}',
+        chain_json='[{"task": "t", "args": [], "kwargs": {}}]',
+        chain_root=7,
+        tenant=odd,
+        explicit=3,
+    )
+    others = [job._replace(args_json=f'{{"args": [{i}], "kwargs": {{}}}}') for i in range(5)]
+    [single] = backend.job_insert_many(jobs=[job])
+    streamed = backend.job_insert_stream(chunks=iter([[job, *others[:2]], [], others[2:]]))
+    assert [r.created for r in streamed] == [True] * 6
+    assert [r.id for r in streamed] == sorted(r.id for r in streamed)
+    varying = {"id", "created_at", "scheduled_at"}
+
+    def stored(job_id: int) -> dict:
+        return {
+            k: v
+            for k, v in dataclasses.asdict(backend.job_get(job_id=job_id)).items()
+            if k not in varying
+        }
+
+    assert stored(streamed[0].id) == stored(single.id)
+    assert [backend.job_get(job_id=r.id).args for r in streamed[1:]] == [[i] for i in range(5)]
+    assert stored(single.id)["state"] == ("scheduled" if delay_s else "available")
+    first = backend.job_get(job_id=streamed[0].id)
+    assert first.scheduled_at - first.created_at == timedelta(seconds=delay_s)
+    keyed = ins(args=[9])._replace(unique_key="u")
+    before = backend.job_count(filter=JobFilter())
+    if type(backend).job_insert_stream is not JobStore.job_insert_stream:
+        with pytest.raises(ValueError, match="without keys or limits"):
+            backend.job_insert_stream(chunks=[[ins(args=[8])], [keyed]])
+        assert backend.job_count(filter=JobFilter()) == before
 
 
 def test_insert_many_returns_ids_in_input_order(backend):

@@ -16,6 +16,10 @@ from conveyor.backends.sqlite import backend as lite
 # several) under BEGIN IMMEDIATE.
 PG_ONLY = {
     "job_insert_one",  # a plain send: scalars, where job_insert_many sends arrays
+    "job_copy_begin",  # job_insert_stream by COPY; the others take the whole list
+    "job_copy",
+    "job_copy_ids",
+    "job_copy_wake",
     "job_finalize_many",
     "job_release_many",
     "job_rescue",

@@ -15,7 +15,7 @@ without sleeping.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -106,6 +106,17 @@ class JobStore(abc.ABC):
     ) -> list[Inserted]:
         """Create jobs in one transaction (the caller's, if ``conn`` is given).
         Keys already in use return the existing job with ``created=False``."""
+
+    def job_insert_stream(
+        self, *, chunks: Iterable[Sequence[JobInsert]], now: datetime | None = None
+    ) -> list[Inserted]:
+        """Create jobs without keys or limits (the caller guarantees it) in one
+        transaction of this backend's own, taking them from ``chunks`` as they
+        come: a backend that can send a chunk and go on without waiting for it
+        lets the caller encode the next one while the database writes this one.
+        An exception from ``chunks`` rolls everything back. Ids come back in
+        input order. This default takes every chunk first, then writes them."""
+        return self.job_insert_many(jobs=[job for chunk in chunks for job in chunk], now=now)
 
     @abc.abstractmethod
     def job_get(self, *, job_id: int) -> JobRecord | None: ...

@@ -12,14 +12,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 import psycopg.sql
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool
 
@@ -194,6 +194,7 @@ _FINALIZE_COLUMNS = (
 )
 _INSERT_INDEX = {f: JobInsert._fields.index(f) for f in _INSERT_COLUMNS}
 _FINALIZE_INDEX = {f: Finalize._fields.index(f) for f in _FINALIZE_COLUMNS}
+_ARGS_AT = JobInsert._fields.index("args_json")
 
 
 def _spread(params: dict[str, Any], name: str, values: Sequence[Any]) -> None:
@@ -241,6 +242,75 @@ def _finalize_params(
         values = columns[_FINALIZE_INDEX[name]]
         _spread(params, name, _floats(values) if name == "retry_in_s" else values)
     return params
+
+
+def _copy_text(value: str) -> str:
+    """A text field of COPY's text format (backslash is its escape character)."""
+    escaped = value.replace("\\", "\\\\").replace("\t", "\\t")
+    return escaped.replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _copy_field(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if isinstance(value, str):
+        return _copy_text(value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(int(value))
+
+
+class _CopyRows:
+    """Jobs as the text rows of the ``job_copy`` statement. Jobs sent together
+    differ only in their arguments, so the rest of a row is formatted once per
+    run of equal jobs (compared as tuples without args_json, in C)."""
+
+    def __init__(self, now: datetime, change: Any) -> None:
+        self.now, self.change = now, change
+        self.count = 0
+        self.woken: set[str] = set()
+        self._shared: tuple[Any, ...] = ()
+        self._tail = ""
+
+    def format(self, jobs: Sequence[JobInsert]) -> str:
+        out = []
+        for job in jobs:
+            shared = job[:_ARGS_AT] + job[_ARGS_AT + 1 :]
+            if shared != self._shared:
+                self._shared, self._tail = shared, self._row_tail(job)
+            out.append(_copy_text(job.args_json) + self._tail)
+        self.count += len(jobs)
+        return "".join(out)
+
+    def _row_tail(self, job: JobInsert) -> str:
+        if job.unique_key or job.idempotency_key or job.limited:
+            raise ValueError(
+                "job_insert_stream takes jobs without keys or limits; "
+                "job_insert_many resolves those"
+            )
+        delay = float(job.delay_s or 0.0)
+        if delay <= 0:
+            self.woken.add(job.queue)
+        fields = (
+            job.queue,
+            job.task,
+            "scheduled" if delay > 0 else "available",
+            job.priority,
+            job.max_attempts,
+            None if job.timeout_s is None else float(job.timeout_s),
+            job.backoff_json,
+            job.batch_id,
+            job.stage,
+            job.context_json,
+            job.chain_json,
+            job.chain_root,
+            job.tenant,
+            job.explicit,
+            self.now.isoformat(),
+            (self.now + timedelta(seconds=delay)).isoformat(),
+            str(self.change),
+        )
+        return "\t" + "\t".join(_copy_field(v) for v in fields) + "\n"
 
 
 class PostgresNotifier(Notifier):
@@ -529,6 +599,28 @@ class PostgresBackend(SqlBackend):
             rows = self._rows("job_insert_many", _insert_params(jobs, now), sql=KEYLESS_INSERT)
             return [Inserted(jid, True) for jid in sorted(r["id"] for r in rows)]
         return super().job_insert_many(jobs=jobs, conn=conn, now=now)
+
+    def job_insert_stream(
+        self, *, chunks: Iterable[Sequence[JobInsert]], now: datetime | None = None
+    ) -> list[Inserted]:
+        # One COPY for the whole stream: each chunk's rows go out as they are
+        # formatted and the server writes them while the caller encodes the next
+        # chunk, so Python's time and the server's overlap instead of adding up.
+        # COPY returns no ids: the rows this transaction stamped are read back.
+        with self._tx() as cur:
+            [begun] = self._q(cur, "job_copy_begin", {"now": now})
+            rows = _CopyRows(begun["now"], begun["change"])
+            with cur.copy(Q["job_copy"]) as copy:
+                for jobs in chunks:
+                    if jobs:
+                        copy.write(rows.format(jobs))
+            read = cur.connection.cursor(row_factory=tuple_row)
+            ids = [r[0] for r in read.execute(Q["job_copy_ids"], {"change": begun["change"]})]
+            if len(ids) != rows.count:
+                raise RuntimeError(f"COPY wrote {len(ids)} jobs of {rows.count}")
+            if rows.woken:
+                self._q(cur, "job_copy_wake", {"queues": sorted(rows.woken)})
+        return [Inserted(jid, True) for jid in ids]
 
     def _insert_rows(
         self, cur: Any, jobs: Sequence[JobInsert], now: Any

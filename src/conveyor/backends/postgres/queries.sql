@@ -87,6 +87,29 @@ WITH t AS (
 )
 SELECT id, unique_key, idempotency_key, (SELECT count(*) FROM woken) AS notified FROM ins
 
+-- name: job_copy_begin
+-- Bulk enqueue by COPY (job_insert_stream): the moment and the transaction's
+-- change stamp the rows are written with.
+SELECT coalesce(%(now)s::timestamptz, now()) AS now, {CHANGE} AS change
+
+-- name: job_copy
+-- The jobs of a stream, as text rows (the backend formats them: keys, limits and
+-- placement are never set on this path, so those columns keep their NULL
+-- defaults; ids come from the column default, in row order).
+COPY conveyor_jobs (args, queue, task, state, priority, max_attempts, timeout_s, backoff,
+                    batch_id, stage, context, chain, chain_root, tenant, explicit,
+                    created_at, scheduled_at, changed)
+FROM STDIN
+
+-- name: job_copy_ids
+-- The ids COPY gave, in row order: the rows this transaction stamped (the change
+-- index holds them in id order).
+SELECT id FROM conveyor_jobs WHERE changed = %(change)s::xid8 ORDER BY id
+
+-- name: job_copy_wake
+-- The NOTIFY job_insert_many sends for the queues that got available jobs.
+SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
+
 -- name: job_insert_one
 -- One job without keys (a plain send): scalars instead of arrays, no unnest and
 -- no coalesce, so less for psycopg to encode and the server to run (a send: 360
