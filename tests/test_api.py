@@ -138,6 +138,25 @@ def test_send_inside_the_callers_transaction(app, send_email):
     assert app.get_job(kept.id).args == ["kept@it"]
 
 
+def test_bulk_sends_in_one_callers_transaction_get_their_own_ids(app, send_email):
+    """PostgreSQL writes a bulk insert without keys by COPY and reads the ids back
+    by the transaction's stamp: jobs the same transaction wrote before must not
+    come back as the later call's."""
+    conn = _connect(app)
+    try:
+        first = send_email.send("first", conn=conn)
+        a = send_email.send_many([(f"a{i}",) for i in range(300)], conn=conn)
+        b = send_email.send_many([(f"b{i}",) for i in range(250)], conn=conn)
+        conn.commit()
+    finally:
+        conn.close()
+    ids = [first.id] + [j.id for j in a + b]
+    assert len(set(ids)) == 551 and ids == sorted(ids)
+    assert [app.get_job(j.id).args for j in a + b] == [[f"a{i}"] for i in range(300)] + [
+        [f"b{i}"] for i in range(250)
+    ]
+
+
 def test_conn_of_the_wrong_kind_is_refused(app, send_email, tmp_path):
     other = sqlite3.connect(tmp_path / "other.db")
     try:

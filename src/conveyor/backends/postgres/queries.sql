@@ -88,9 +88,11 @@ WITH t AS (
 SELECT id, unique_key, idempotency_key, (SELECT count(*) FROM woken) AS notified FROM ins
 
 -- name: job_copy_begin
--- Bulk enqueue by COPY (job_insert_stream): the moment and the transaction's
--- change stamp the rows are written with.
-SELECT coalesce(%(now)s::timestamptz, now()) AS now, {CHANGE} AS change
+-- Bulk enqueue by COPY (job_insert_stream, and bulk inserts without keys): the
+-- moment and the transaction's change stamp the rows are written with, and the
+-- last job this transaction wrote before them (a caller's transaction may have).
+SELECT coalesce(%(now)s::timestamptz, now()) AS now, {CHANGE} AS change,
+       coalesce((SELECT max(id) FROM conveyor_jobs WHERE changed = {CHANGE}), 0) AS after
 
 -- name: job_copy
 -- The jobs of a stream, as text rows (the backend formats them: keys, limits and
@@ -102,9 +104,9 @@ COPY conveyor_jobs (args, queue, task, state, priority, max_attempts, timeout_s,
 FROM STDIN
 
 -- name: job_copy_ids
--- The ids COPY gave, in row order: the rows this transaction stamped (the change
--- index holds them in id order).
-SELECT id FROM conveyor_jobs WHERE changed = %(change)s::xid8 ORDER BY id
+-- The ids COPY gave, in row order: the rows this transaction stamped since
+-- job_copy_begin (the change index holds them in id order).
+SELECT id FROM conveyor_jobs WHERE changed = %(change)s::xid8 AND id > %(after)s ORDER BY id
 
 -- name: job_copy_wake
 -- The NOTIFY job_insert_many sends for the queues that got available jobs.
