@@ -53,3 +53,36 @@ def test_the_leader_vacuums_a_job_table_full_of_dead_rows(app, backend, db_url):
     # Tidied: nothing is left over the threshold, so the next pass does nothing.
     assert "conveyor_jobs" not in backend.tidy(min_dead=500)
     maintenance.stop()
+
+
+def _analyzes(backend) -> int:
+    with backend._tx() as cur:
+        cur.execute(
+            "SELECT coalesce(sum(analyze_count), 0) AS n FROM pg_stat_user_tables s "
+            "JOIN pg_class c ON c.oid = s.relid "
+            "WHERE c.relname = 'conveyor_jobs' AND pg_table_is_visible(c.oid)"
+        )
+        return int(cur.fetchone()["n"])
+
+
+def test_the_leader_analyzes_a_job_table_loaded_since_its_last_statistics(app, backend, db_url):
+    """A bulk load without statistics is planned as a near-empty table: the claim
+    sorted every waiting job of its queue (bench_scale.py's memory phase, a million
+    jobs, autovacuum off: 160 jobs/s). The leader's tidying ANALYZEs it."""
+    if not db_url.startswith("postgresql"):
+        assert backend.tidy(min_dead=1) == []
+        return
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE conveyor_jobs SET (autovacuum_enabled = false)")
+    backend.job_insert_stream(chunks=[[ins(args=[i]) for i in range(300)]] * 2)  # no dead rows
+    maintenance = Maintenance(backend, tidy_min_dead=500, tidy_every_s=0)
+    before = _analyzes(backend)
+    deadline = time.monotonic() + 20
+    while _analyzes(backend) == before and time.monotonic() < deadline:
+        maintenance.step()
+        assert maintenance._tidying is not None
+        maintenance._tidying.join(10)
+        time.sleep(0.2)
+    assert _analyzes(backend) > before, "conveyor_jobs was never analyzed"
+    assert "conveyor_jobs" not in backend.tidy(min_dead=500)  # fresh statistics now
+    maintenance.stop()

@@ -30,7 +30,7 @@ PG_ONLY = {
     "queue_running",  # the room left under a queue limit, counted under its lock
     "notify",
     "notify_events",
-    "tables_to_vacuum",  # VACUUM: SQLite reuses freed pages, InnoDB purges
+    "tables_to_tidy",  # VACUUM, ANALYZE: SQLite reuses freed pages, InnoDB purges
 }
 SQLITE_ONLY = {
     "job_finalize_one",

@@ -245,10 +245,12 @@ class LeaseStore(abc.ABC):
         with their attempts; never jobs of open batches or unadvanced chain links."""
 
     def tidy(self, *, min_dead: int = 50_000, dead_fraction: float = 0.1) -> list[str]:
-        """Reclaim what updates and deletes left behind in Conveyor's tables when the
-        database has not done it itself: a table with at least ``min_dead`` dead rows
-        and ``dead_fraction`` of its live ones. Returns the tables tidied. Only
-        PostgreSQL needs it (VACUUM); SQLite reuses freed pages and InnoDB purges."""
+        """Reclaim what updates and deletes left behind in Conveyor's tables, and
+        refresh the planner's statistics, when the database has not done it itself:
+        a table with at least ``min_dead`` dead rows (or rows changed since its
+        statistics were taken) and ``dead_fraction`` of its live ones. Returns the
+        tables tidied. Only PostgreSQL needs it (VACUUM, ANALYZE); SQLite reuses
+        freed pages and InnoDB purges."""
         return []
 
 

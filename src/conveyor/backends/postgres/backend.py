@@ -561,18 +561,21 @@ class PostgresBackend(SqlBackend):
             self._q(cur, "notify_events", {"queues": ["done"]})
 
     def tidy(self, *, min_dead: int = 50_000, dead_fraction: float = 0.1) -> list[str]:
-        """VACUUM the tables whose dead rows piled up (autovacuum off, or behind a
-        queue's churn). SKIP_LOCKED: a table autovacuum is on now is skipped, and
-        nothing waits. A role that does not own a table gets a warning from the
-        server and changes nothing."""
-        rows = self._rows(
-            "tables_to_vacuum", {"min_dead": min_dead, "dead_fraction": dead_fraction}
-        )
+        """VACUUM the tables whose dead rows piled up, ANALYZE those that changed
+        a lot since their statistics were taken (autovacuum off, or behind a
+        queue's churn or a bulk load). SKIP_LOCKED: a table autovacuum is on now
+        is skipped, and nothing waits. A role that does not own a table gets a
+        warning from the server and changes nothing."""
+        rows = self._rows("tables_to_tidy", {"min_dead": min_dead, "dead_fraction": dead_fraction})
         done = []
         for r in rows:
-            statement = psycopg.sql.SQL("VACUUM (SKIP_LOCKED) {}").format(
-                psycopg.sql.Identifier(r["name"])
-            )
+            if r["vacuum"]:
+                command = (
+                    "VACUUM (SKIP_LOCKED, ANALYZE)" if r["analyze"] else "VACUUM (SKIP_LOCKED)"
+                )
+            else:
+                command = "ANALYZE (SKIP_LOCKED)"
+            statement = psycopg.sql.SQL(command + " {}").format(psycopg.sql.Identifier(r["name"]))
             began = time.monotonic()
             try:
                 with self.pool.connection() as c:
@@ -580,9 +583,11 @@ class PostgresBackend(SqlBackend):
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 raise _connect_error(self.url, exc) from exc
             log.info(
-                "vacuumed %s (%d dead rows) in %.2fs",
+                "%s %s (%d dead rows, %d changed since its last ANALYZE) in %.2fs",
+                command.split(" ")[0].lower(),
                 r["name"],
                 r["dead"],
+                r["changed"],
                 time.monotonic() - began,
             )
             done.append(r["name"])
