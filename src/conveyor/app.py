@@ -438,7 +438,7 @@ class Conveyor(ServingMixin):
         for the jobs this call created, read back for the ones a key named."""
         jobs = []
         # Jobs sent together differ only in their arguments: one template serves
-        # a run of them (compared as tuples without args_json, in C).
+        # a run of them.
         shared: tuple[Any, ...] = ()
         template: dict[str, Any] = {}
         for n, (ins, res) in enumerate(zip(inserts, results, strict=True)):
@@ -451,7 +451,7 @@ class Conveyor(ServingMixin):
             else:
                 decoded = json.loads(ins.args_json)
                 args, kwargs = decoded["args"], decoded["kwargs"]
-            fields = ins[:_ARGS_AT] + ins[_ARGS_AT + 1 :]
+            fields = ins.but_args()
             if fields != shared:
                 shared, template = fields, _job_template(self, ins, now)
             jobs.append(Job.fresh(template, res.id, list(args), dict(kwargs)))
@@ -1206,9 +1206,6 @@ def _check_retention(retention: Mapping[str, float | None]) -> dict[str, float |
                 f"or None to keep forever; got {keep!r}"
             )
     return {JobState(k): v for k, v in retention.items()}
-
-
-_ARGS_AT = JobInsert._fields.index("args_json")
 
 
 def _job_template(app: Conveyor, ins: JobInsert, now: datetime) -> dict[str, Any]:

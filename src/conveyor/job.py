@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from .records import Attempt, JobRecord, JobState
+from .records import Attempt, JobRecord, JobState, frozen_record
 
 if TYPE_CHECKING:
     from .app import Conveyor
@@ -50,11 +50,9 @@ class Job(JobRecord):
         its id, arguments and own headers. ``__init__`` is skipped (a frozen
         dataclass sets every field through ``object.__setattr__``, which costs more
         than the insert's other Python work); same result as ``Job(**fields)``."""
-        job = object.__new__(cls)
         state = template.copy()
         state["id"], state["args"], state["kwargs"], state["headers"] = job_id, args, kwargs, {}
-        object.__setattr__(job, "__dict__", state)
-        return job
+        return frozen_record(cls, state)
 
     def _require_app(self) -> Conveyor:
         if self._app is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -31,12 +32,17 @@ def test_insert_then_get_round_trips(backend):
     assert backend.job_get(job_id=res.id + 1000) is None
 
 
+def _stored(backend, job_id: int) -> dict:
+    """A job as read back, but the fields that differ between two inserts."""
+    varying = {"id", "created_at", "scheduled_at"}
+    record = dataclasses.asdict(backend.job_get(job_id=job_id))
+    return {k: v for k, v in record.items() if k not in varying}
+
+
 @pytest.mark.parametrize("delay_s", [0.0, 30.0])
 def test_one_job_is_stored_as_in_a_chunk(backend, delay_s):
     """PostgreSQL writes a lone plain job with a statement of its own (scalars, no
     arrays): every column must come out as the chunk statement writes it."""
-    import dataclasses
-
     job = ins(
         args=[1, {"k": "v"}],
         priority=4,
@@ -55,17 +61,8 @@ def test_one_job_is_stored_as_in_a_chunk(backend, delay_s):
     chunk = backend.job_insert_many(
         jobs=[job, job._replace(args_json='{"args": [], "kwargs": {}}')]
     )
-    varying = {"id", "created_at", "scheduled_at"}
-
-    def stored(job_id: int) -> dict:
-        return {
-            k: v
-            for k, v in dataclasses.asdict(backend.job_get(job_id=job_id)).items()
-            if k not in varying
-        }
-
-    assert stored(alone.id) == stored(chunk[0].id)
-    assert stored(alone.id)["state"] == ("scheduled" if delay_s else "available")
+    assert _stored(backend, alone.id) == _stored(backend, chunk[0].id)
+    assert _stored(backend, alone.id)["state"] == ("scheduled" if delay_s else "available")
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 30.0])
@@ -73,8 +70,6 @@ def test_a_stream_of_jobs_is_stored_as_one_statement_stores_it(backend, delay_s)
     """job_insert_stream (PostgreSQL: COPY text rows the backend formats) writes
     every column as job_insert_many does, text COPY must escape included, and
     gives ids in input order; jobs with keys or limits are refused, not written."""
-    import dataclasses
-
     odd = "tab\tnl\ncr\r back\\slash \\N é"
     job = ins(
         args=[1, {"k": odd}],
@@ -95,18 +90,9 @@ def test_a_stream_of_jobs_is_stored_as_one_statement_stores_it(backend, delay_s)
     streamed = backend.job_insert_stream(chunks=iter([[job, *others[:2]], [], others[2:]]))
     assert [r.created for r in streamed] == [True] * 6
     assert [r.id for r in streamed] == sorted(r.id for r in streamed)
-    varying = {"id", "created_at", "scheduled_at"}
-
-    def stored(job_id: int) -> dict:
-        return {
-            k: v
-            for k, v in dataclasses.asdict(backend.job_get(job_id=job_id)).items()
-            if k not in varying
-        }
-
-    assert stored(streamed[0].id) == stored(single.id)
+    assert _stored(backend, streamed[0].id) == _stored(backend, single.id)
     assert [backend.job_get(job_id=r.id).args for r in streamed[1:]] == [[i] for i in range(5)]
-    assert stored(single.id)["state"] == ("scheduled" if delay_s else "available")
+    assert _stored(backend, single.id)["state"] == ("scheduled" if delay_s else "available")
     first = backend.job_get(job_id=streamed[0].id)
     assert first.scheduled_at - first.created_at == timedelta(seconds=delay_s)
     keyed = ins(args=[9])._replace(unique_key="u")

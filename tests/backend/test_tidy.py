@@ -15,14 +15,23 @@ from conveyor.runtime.maintenance import Maintenance
 from .helpers import ins
 
 
-def _vacuums(backend) -> int:
+def _job_table_count(backend, column: str) -> int:
+    """``vacuum_count`` or ``analyze_count`` of conveyor_jobs, as the server keeps it."""
     with backend._tx() as cur:
         cur.execute(
-            "SELECT coalesce(sum(vacuum_count), 0) AS n FROM pg_stat_user_tables s "
+            f"SELECT coalesce(sum({column}), 0) AS n FROM pg_stat_user_tables s "
             "JOIN pg_class c ON c.oid = s.relid "
             "WHERE c.relname = 'conveyor_jobs' AND pg_table_is_visible(c.oid)"
         )
         return int(cur.fetchone()["n"])
+
+
+def _vacuums(backend) -> int:
+    return _job_table_count(backend, "vacuum_count")
+
+
+def _analyzes(backend) -> int:
+    return _job_table_count(backend, "analyze_count")
 
 
 def test_the_leader_vacuums_a_job_table_full_of_dead_rows(app, backend, db_url):
@@ -53,16 +62,6 @@ def test_the_leader_vacuums_a_job_table_full_of_dead_rows(app, backend, db_url):
     # Tidied: nothing is left over the threshold, so the next pass does nothing.
     assert "conveyor_jobs" not in backend.tidy(min_dead=500)
     maintenance.stop()
-
-
-def _analyzes(backend) -> int:
-    with backend._tx() as cur:
-        cur.execute(
-            "SELECT coalesce(sum(analyze_count), 0) AS n FROM pg_stat_user_tables s "
-            "JOIN pg_class c ON c.oid = s.relid "
-            "WHERE c.relname = 'conveyor_jobs' AND pg_table_is_visible(c.oid)"
-        )
-        return int(cur.fetchone()["n"])
 
 
 def test_the_leader_analyzes_a_job_table_loaded_since_its_last_statistics(app, backend, db_url):

@@ -19,7 +19,6 @@ PG_ONLY = {
     "job_copy_begin",  # job_insert_stream by COPY; the others take the whole list
     "job_copy",
     "job_copy_ids",
-    "job_copy_wake",
     "job_finalize_many",
     "job_release_many",
     "job_rescue",

@@ -204,7 +204,6 @@ _FINALIZE_COLUMNS = (
 )
 _INSERT_INDEX = {f: JobInsert._fields.index(f) for f in _INSERT_COLUMNS}
 _FINALIZE_INDEX = {f: Finalize._fields.index(f) for f in _FINALIZE_COLUMNS}
-_ARGS_AT = JobInsert._fields.index("args_json")
 
 
 def _spread(params: dict[str, Any], name: str, values: Sequence[Any]) -> None:
@@ -273,7 +272,7 @@ def _copy_field(value: Any) -> str:
 class _CopyRows:
     """Jobs as the text rows of the ``job_copy`` statement. Jobs sent together
     differ only in their arguments, so the rest of a row is formatted once per
-    run of equal jobs (compared as tuples without args_json, in C)."""
+    run of equal jobs (``JobInsert.but_args``)."""
 
     def __init__(self, now: datetime, change: Any) -> None:
         self.now, self.change = now, change
@@ -285,7 +284,7 @@ class _CopyRows:
     def format(self, jobs: Sequence[JobInsert]) -> str:
         out = []
         for job in jobs:
-            shared = job[:_ARGS_AT] + job[_ARGS_AT + 1 :]
+            shared = job.but_args()
             if shared != self._shared:
                 self._shared, self._tail = shared, self._row_tail(job)
             out.append(_copy_text(job.args_json) + self._tail)
@@ -642,7 +641,7 @@ class PostgresBackend(SqlBackend):
         if len(ids) != rows.count:
             raise RuntimeError(f"COPY wrote {len(ids)} jobs of {rows.count}")
         if rows.woken:
-            self._q(cur, "job_copy_wake", {"queues": sorted(rows.woken)})
+            self._wake(cur, sorted(rows.woken))
         return ids
 
     def _insert_rows(

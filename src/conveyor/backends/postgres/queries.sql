@@ -108,10 +108,6 @@ FROM STDIN
 -- job_copy_begin (the change index holds them in id order).
 SELECT id FROM conveyor_jobs WHERE changed = %(change)s::xid8 AND id > %(after)s ORDER BY id
 
--- name: job_copy_wake
--- The NOTIFY job_insert_many sends for the queues that got available jobs.
-SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
-
 -- name: job_insert_one
 -- One job without keys (a plain send): scalars instead of arrays, no unnest and
 -- no coalesce, so less for psycopg to encode and the server to run (a send: 360
