@@ -159,6 +159,13 @@ def test_insert_joins_the_callers_transaction(backend):
         [kept] = backend.job_insert_many(jobs=[ins(args=["committed"])], conn=conn)
         conn.commit()
         assert backend.job_get(job_id=kept.id).args == ["committed"]
+        # several at once (SQLite: one executemany, then the ids it made)
+        many = backend.job_insert_many(jobs=[ins(args=[i]) for i in range(3)], conn=conn)
+        conn.rollback()
+        assert [backend.job_get(job_id=r.id) for r in many] == [None] * 3
+        many = backend.job_insert_many(jobs=[ins(args=[i]) for i in range(3)], conn=conn)
+        conn.commit()
+        assert [backend.job_get(job_id=r.id).args for r in many] == [[0], [1], [2]]
     finally:
         conn.close()
 

@@ -40,10 +40,12 @@ SQLITE_ONLY = {
     "worker_upsert",
     "data_version",  # its "LISTEN": the file's change counter
     "job_peek_available",  # a read-only look before taking the write lock
+    "job_max_id",  # job_insert_many by executemany, then the ids it made
+    "job_ids_after",
 }
 # Written by each dialect in its own way, for the reason given.
 EACH_OWN = {
-    "job_insert_many": "PostgreSQL: arrays + unnest in one statement; SQLite: a row at a time",
+    "job_insert_many": "PostgreSQL: arrays + unnest; SQLite: positional, executemany or by row",
     "job_claim": "SKIP LOCKED + LATERAL per queue vs one queue per statement",
     "job_claim_limited": "jsonb ?| vs json_each, MATERIALIZED CTEs",
     "job_schedule_due": "SKIP LOCKED",
@@ -173,3 +175,30 @@ def test_macros_expand_per_dialect_and_unknown_ones_fail():
     )
     with pytest.raises(ValueError, match="unknown SQL macro"):
         d.expand("{NOPE}")
+
+
+def test_sqlite_insert_binds_every_field_to_its_own_column():
+    """SQLite's job_insert_many is positional (?N is the N-th JobInsert field): a
+    field moved in JobInsert must not land in another column unnoticed."""
+    from conveyor.records import JobInsert
+
+    sql = lite.Q["job_insert_many"]
+    columns = re.search(r"INSERT INTO conveyor_jobs \((.*?)\)", sql, re.S)[1].split(",")
+    values, depth, part = [], 0, ""
+    for ch in re.search(r"VALUES \((.*)\)\s*ON CONFLICT", sql, re.S)[1]:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            values.append(part.strip())
+            part = ""
+        else:
+            part += ch
+    values.append(part.strip())
+    bound = dict(zip((c.strip() for c in columns), values, strict=True))
+    fields = JobInsert._fields
+    for column, value in bound.items():
+        if re.fullmatch(r"\?\d+", value) and value != f"?{len(fields) + 1}":
+            assert fields[int(value[1:]) - 1].removesuffix("_json") == column
+    assert bound["created_at"] == f"?{len(fields) + 1}"  # the time
+    assert bound["scheduled_at"] == f"?{len(fields) + 1} + ?{fields.index('delay_s') + 1}"
+    plain = {v for v in bound.values() if re.fullmatch(r"\?\d+", v)}
+    assert len(plain) == len(fields)  # every field but delay_s, and the time

@@ -6,18 +6,27 @@
 -- name: job_insert_many
 -- One row per execution inside one transaction (sqlite3 is in-process, so a
 -- statement costs microseconds, and RETURNING pairs each row with its input).
+-- Positional: ?1..?24 are the fields of a JobInsert in order, ?25 the time, so a
+-- row binds as the tuple it already is (a dict per row cost a third of a bulk
+-- enqueue); executemany runs it for rows that cannot conflict.
 INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                            backoff, unique_key, idempotency_key, batch_id, stage, context,
                            chain, chain_root, concurrency_key, concurrency_limit,
                            rate_key, rate_per_s, rate_burst, pinned_to, spread_group, tenant,
                            explicit, created_at, scheduled_at, changed)
-VALUES (:queue, :task, :args_json, CASE WHEN :delay_s > 0 THEN 'scheduled' ELSE 'available' END,
-        :priority, :max_attempts, :timeout_s, :backoff_json, :unique_key, :idempotency_key,
-        :batch_id, :stage, :context_json, :chain_json, :chain_root, :concurrency_key,
-        :concurrency_limit, :rate_key, :rate_per_s, :rate_burst, :pinned_to, :spread_group,
-        :tenant, :explicit, :now, :now + :delay_s, {CHANGE})
+VALUES (?1, ?2, ?3, CASE WHEN ?6 > 0 THEN 'scheduled' ELSE 'available' END,
+        ?4, ?5, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
+        ?23, ?24, ?25, ?25 + ?6, {CHANGE})
 ON CONFLICT DO NOTHING
 RETURNING id, unique_key, idempotency_key, state, queue
+
+-- name: job_ids_after
+-- The ids an executemany of job_insert_many just created, in insertion order: under
+-- the write lock nobody else inserts, and AUTOINCREMENT ids only grow.
+SELECT id FROM conveyor_jobs WHERE id > :after ORDER BY id LIMIT :n
+
+-- name: job_max_id
+SELECT coalesce(max(id), 0) AS id FROM conveyor_jobs
 
 -- name: job_claim
 -- Run once per queue (the worker rotates the order between claims); the
