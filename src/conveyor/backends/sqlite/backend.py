@@ -87,8 +87,18 @@ def _epoch(now: datetime | None) -> float:
     return time.time() if now is None else now.timestamp()
 
 
+#: the column names of the last result's description (a claim's rows share one):
+#: (description, names), swapped whole, so a thread never pairs one with another's
+_NAMES: tuple[Any, tuple[str, ...]] = (None, ())
+
+
 def _dict_row(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
-    return {d[0]: v for d, v in zip(cur.description, row, strict=True)}
+    global _NAMES
+    description = cur.description
+    names = _NAMES
+    if names[0] is not description:
+        names = _NAMES = (description, tuple(d[0] for d in description))
+    return dict(zip(names[1], row, strict=True))
 
 
 class SQLiteNotifier(Notifier):
@@ -390,15 +400,18 @@ class SQLiteBackend(SqlBackend):
             "tasks": None if tasks is None else self._list(tasks),
             "schema_version": schema_version if schema_version is not None else self.latest_schema,
         }
-        jobs: list[JobRecord] = []
+        # Rows are decoded after COMMIT: the write lock is held for SQL only (a claim
+        # decoding its rows under it kept the completer's writes waiting).
+        claims: list[list[dict[str, Any]]] = []
+        taken = 0
         with self._tx() as cur:
             limits = queue_limits(self._q(cur, "queue_limits", {"queues": self._list(queues)}))
             for queue in queues:
-                if len(jobs) >= limit:
+                if taken >= limit:
                     break
-                params = {**base, "queue": queue, "limit": limit - len(jobs)}
+                params = {**base, "queue": queue, "limit": limit - taken}
                 if queue in limits:  # under BEGIN IMMEDIATE the counts cannot move under us
-                    asked, factor = limit - len(jobs), self._windows.factor(queue)
+                    asked, factor = limit - taken, self._windows.factor(queue)
                     params.update(
                         limited_params(queue, limits[queue], asked, factor),
                         identity=self._list([worker_id, *tags]),
@@ -409,9 +422,13 @@ class SQLiteBackend(SqlBackend):
                         cur.execute(Q["rate_spend"], {**spend, "now": ts})
                 else:
                     rows = self._q(cur, "job_claim", params)
-                claimed = [self._job(r) for r in rows]
-                claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
-                jobs.extend(claimed)
+                claims.append(rows)
+                taken += len(rows)
+        jobs: list[JobRecord] = []
+        for rows in claims:  # one queue's each, in the order the queues were tried
+            claimed = [self._job(r) for r in rows]
+            claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
+            jobs.extend(claimed)
         return jobs
 
     def job_finalize_many(
@@ -422,15 +439,19 @@ class SQLiteBackend(SqlBackend):
         outcomes = first_outcomes(outcomes)
         ts = _epoch(now)
         accepted: list[int] = []
+        # Everything that needs no database is done before the write lock is taken.
+        simple = [plain_success(o) for o in outcomes]
+        plain = [
+            [o.job_id, o.token, o.result_json] for o, p in zip(outcomes, simple, strict=True) if p
+        ]
+        batch = json.dumps(plain) if plain else None
         with self._tx() as cur:
-            plain = [o for o in outcomes if plain_success(o)]
             done: dict[int, dict[str, Any]] = {}
-            if plain:  # the common case: one statement for the batch
-                batch = json.dumps([[o.job_id, o.token, o.result_json] for o in plain])
+            if batch is not None:  # the common case: one statement for the batch
                 params = {"batch": batch, "now": ts, "worker_id": worker_id}
                 done = {row["id"]: row for row in self._q(cur, "job_succeed_many", params)}
-            for o in outcomes:
-                if plain_success(o):
+            for o, is_plain in zip(outcomes, simple, strict=True):
+                if is_plain:
                     row = done.get(o.job_id)
                 else:
                     params = {**o._asdict(), "id": o.job_id, "now": ts, "worker_id": worker_id}
