@@ -159,7 +159,7 @@ def batches_section(rows: list[dict], path: str) -> list[str]:
                 return "n/a"
             return (
                 f"**{_ms(r['progress'], 'p50_ms', 'p95_ms')}** "
-                f"(GROUP BY alone {_ms(r['query'], 'p50_ms', 'p95_ms')})"
+                f"(its counts alone {_ms(r['query'], 'p50_ms', 'p95_ms')})"
             )
 
         how = ""

@@ -61,3 +61,78 @@ def test_oldest_waiting_per_queue_and_open_batches(backend):
         name=None, task="t", idempotency_key=None, on_complete_json=None, jobs=[ins()]
     )
     assert backend.batch_count_open() == 1
+
+
+def batch_truth(backend, batch_id: int) -> dict:
+    out: dict = {}
+    for j in backend.batch_jobs(batch_id=batch_id):
+        out[str(j.state)] = out.get(str(j.state), 0) + 1
+    return out
+
+
+def new_batch(backend, n: int) -> int:
+    batch_id, _ = backend.batch_create(
+        name=None,
+        task="t",
+        idempotency_key=None,
+        on_complete_json=None,
+        jobs=[ins(args=[i]) for i in range(n)],
+    )
+    return batch_id
+
+
+def test_batch_progress_follows_every_change_exactly(backend):
+    """batch_progress reads a rollup the database keeps (schema v16), not the jobs:
+    it must agree with them after every kind of change, folded or not."""
+    b = new_batch(backend, 6)
+    other = new_batch(backend, 2)
+    backend.job_insert_many(jobs=[ins(args=["not in a batch"])])
+
+    def agree() -> dict:
+        for batch_id in (b, other):
+            assert backend.batch_progress(batch_id=batch_id) == batch_truth(backend, batch_id)
+        return backend.batch_progress(batch_id=b)
+
+    assert agree() == {"available": 6}
+    j1, j2, _j3 = fetch(backend, n=3)
+    assert agree() == {"available": 3, "running": 3}
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(j1), done(j2, state="failed")])
+    assert agree() == {"available": 3, "running": 1, "succeeded": 1, "failed": 1}
+    backend.counts_fold()
+    assert agree() == {"available": 3, "running": 1, "succeeded": 1, "failed": 1}
+    backend.job_retry_many(filter=JobFilter(states="failed"))
+    backend.job_rescue(worker_ttl_s=1, now=later(3600))  # j3's worker never heartbeat
+    agree()
+    backend.batch_cancel(batch_id=b)
+    assert set(agree()) <= {"cancelled", "succeeded", "running"}
+    backend.job_delete_many(filter=JobFilter(states="cancelled"))
+    agree()
+    backend.counts_fold()
+    assert agree() == batch_truth(backend, b)
+    assert backend.batch_progress(batch_id=other) == {"available": 2}
+    assert backend.batch_progress(batch_id=10_000) == {}
+
+
+def test_batch_counts_start_from_the_jobs_when_the_schema_is_upgraded(db_url, monkeypatch):
+    """Migration 16 takes the counts of batches that already exist."""
+    from conveyor.backends import open_backend
+
+    first = open_backend(db_url)
+    cls = type(first)
+    first.close()
+    every = cls.MIGRATIONS
+    monkeypatch.setattr(cls, "MIGRATIONS", every[:15])
+    old = open_backend(db_url)
+    try:
+        old.migrate()
+        assert old.schema_version() == 15
+        b = new_batch(old, 5)
+        [j1, _j2] = fetch(old, n=2)
+        old.job_finalize_many(worker_id="w1", outcomes=[done(j1)])
+        monkeypatch.setattr(cls, "MIGRATIONS", every)
+        assert old.migrate() == [16]
+        assert old.batch_progress(batch_id=b) == {"available": 3, "running": 1, "succeeded": 1}
+        old.job_finalize_many(worker_id="w1", outcomes=[done(_j2, state="failed")])
+        assert old.batch_progress(batch_id=b) == batch_truth(old, b)
+    finally:
+        old.close()

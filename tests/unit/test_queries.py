@@ -94,6 +94,9 @@ MYSQL_ONLY = {
     "counts_fold_pick",  # deltas locked, summed by the backend, deleted by id
     "counts_add",
     "count_deltas_delete",
+    "batch_counts_fold_pick",  # the same for the batches' rollup
+    "batch_counts_add",
+    "batch_count_deltas_delete",
     "change_take",  # change numbers (no transaction id in MySQL)
     "change_numbers",
     "change_numbers_committed",

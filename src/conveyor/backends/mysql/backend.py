@@ -1059,28 +1059,38 @@ class MySQLBackend(SqlBackend):
         return self._retry(run)
 
     def counts_fold(self) -> None:
+        self._fold(
+            "counts_fold_pick", "counts_add", "count_deltas_delete", ("queue", "task", "state")
+        )
+        self._fold(  # the batches' rollup (schema v16)
+            "batch_counts_fold_pick",
+            "batch_counts_add",
+            "batch_count_deltas_delete",
+            ("batch_id", "state"),
+        )
+        # The leader's pass also forgets change numbers no reader needs any more.
+        self._count("change_prune", {"horizon": self._horizon()})
+
+    def _fold(self, pick: str, add: str, delete: str, key: tuple[str, ...]) -> None:
+        """Move the deltas the triggers appended into their rollup, 10,000 at a time:
+        summed per key here, added, then exactly the rows read deleted."""
+
         def run() -> int:
             with self._tx() as cur:
-                rows = self._q(cur, "counts_fold_pick")
-                sums: dict[tuple[str, str, str], int] = {}
+                rows = self._q(cur, pick)
+                sums: dict[tuple[Any, ...], int] = {}
                 for r in rows:
-                    k = (r["queue"], r["task"], r["state"])
+                    k = tuple(r[c] for c in key)
                     sums[k] = sums.get(k, 0) + int(r["n"])
-                for (queue, task, state), n in sorted(sums.items()):
+                for k, n in sorted(sums.items()):
                     if n:
-                        self._qc(
-                            cur,
-                            "counts_add",
-                            {"queue": queue, "task": task, "state": state, "n": n},
-                        )
+                        self._qc(cur, add, {**dict(zip(key, k, strict=True)), "n": n})
                 for ids in chunks([int(r["id"]) for r in rows], 1000):
-                    self._qc(cur, "count_deltas_delete", {"ids": self._list(list(ids))})
+                    self._qc(cur, delete, {"ids": self._list(list(ids))})
             return len(rows)
 
         while self._retry(run) >= 10000:
             pass
-        # The leader's pass also forgets change numbers no reader needs any more.
-        self._count("change_prune", {"horizon": self._horizon()})
 
 
 def _network_defaults(conn: Any) -> None:

@@ -371,6 +371,17 @@ ON DUPLICATE KEY UPDATE n = n + VALUES(n)
 -- name: count_deltas_delete
 DELETE FROM conveyor_count_deltas WHERE id {IN(:ids, bigint)}
 
+-- name: batch_counts_fold_pick
+-- The same for the batches' rollup (schema v16).
+SELECT id, batch_id, state, n FROM conveyor_batch_count_deltas ORDER BY id LIMIT 10000 FOR UPDATE
+
+-- name: batch_counts_add
+INSERT INTO conveyor_batch_counts (batch_id, state, n) VALUES (:batch_id, :state, :n)
+ON DUPLICATE KEY UPDATE n = n + VALUES(n)
+
+-- name: batch_count_deltas_delete
+DELETE FROM conveyor_batch_count_deltas WHERE id {IN(:ids, bigint)}
+
 -- name: max_change
 -- The notifier's poll: a descent of each change index.
 SELECT (SELECT max(changed) FROM conveyor_jobs) AS jobs,

@@ -677,10 +677,17 @@ SELECT pg_notify(%(events)s, q) FROM unnest(%(queues)s::text[]) AS q
 SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::numeric - 1)::text AS head
 
 -- name: counts_fold
--- The leader folds the deltas the triggers appended into the rollup. One
--- statement: a reader sees each delta in one table or the other, never both.
+-- The leader folds the deltas the triggers appended into the rollups (the queues'
+-- and the batches'). One statement: a reader sees each delta in one table or the
+-- other, never both.
 WITH moved AS (
     DELETE FROM conveyor_count_deltas RETURNING queue, task, state, n
+), batch_moved AS (
+    DELETE FROM conveyor_batch_count_deltas RETURNING batch_id, state, n
+), batch_folded AS (
+    INSERT INTO conveyor_batch_counts (batch_id, state, n)
+    SELECT batch_id, state, sum(n) FROM batch_moved GROUP BY batch_id, state
+    ON CONFLICT (batch_id, state) DO UPDATE SET n = conveyor_batch_counts.n + excluded.n
 )
 INSERT INTO conveyor_counts (queue, task, state, n)
 SELECT queue, task, state, sum(n) FROM moved GROUP BY queue, task, state
