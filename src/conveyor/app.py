@@ -943,7 +943,7 @@ class Conveyor(ServingMixin):
         )
 
     def batch_progress(self, batch_id: int) -> dict[str, int]:
-        """Jobs of the batch per state (one GROUP BY over its index)."""
+        """Jobs of the batch per state (from the per-batch counts the database keeps)."""
         return self.backend.batch_progress(batch_id=_id(batch_id, "batch"))
 
     def batch_jobs(self, batch_id: int) -> list[Job]:

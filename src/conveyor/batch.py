@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Batch:
-    """A batch as read from the database. Progress is computed from its jobs
-    (one GROUP BY); the batch row itself only changes when the aggregator closes it."""
+    """A batch as read from the database. Progress comes from the per-batch counts
+    the database keeps; the batch row itself only changes when the aggregator
+    closes it."""
 
     record: BatchRecord
     created: bool = True  # False when an idempotency key returned an existing batch
@@ -64,7 +65,7 @@ class Batch:
     # -- where it stands ------------------------------------------------------------------
     def progress(self) -> dict[str, Any]:
         """``{"total", the counts of the finished states and JobState.RUNNING, "pending",
-        "percent", "eta_s", "state"}``, from one GROUP BY over the batch's jobs."""
+        "percent", "eta_s", "state"}``, from the per-batch counts the database keeps."""
         counts = self.app.batch_progress(self.id)
         done = sum(counts.get(s, 0) for s in FINISHED_STATES)
         total = self.total

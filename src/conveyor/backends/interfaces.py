@@ -358,7 +358,8 @@ class FlowStore(abc.ABC):
 
     @abc.abstractmethod
     def batch_progress(self, *, batch_id: int) -> dict[str, int]:
-        """Jobs of the batch per state: one GROUP BY over the (batch_id, state) index."""
+        """Jobs of the batch per state, from the per-batch rollup (schema v16): a few
+        rows whatever the batch's size, exact (the deltas not folded yet included)."""
 
     @abc.abstractmethod
     def batch_finished_jobs(
