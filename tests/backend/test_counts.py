@@ -127,12 +127,12 @@ def test_batch_counts_start_from_the_jobs_when_the_schema_is_upgraded(db_url, mo
         old.migrate()
         assert old.schema_version() == 15
         b = new_batch(old, 5)
-        [j1, _j2] = fetch(old, n=2)
+        [j1, j2] = fetch(old, n=2)
         old.job_finalize_many(worker_id="w1", outcomes=[done(j1)])
         monkeypatch.setattr(cls, "MIGRATIONS", every)
         assert old.migrate() == [16]
         assert old.batch_progress(batch_id=b) == {"available": 3, "running": 1, "succeeded": 1}
-        old.job_finalize_many(worker_id="w1", outcomes=[done(_j2, state="failed")])
+        old.job_finalize_many(worker_id="w1", outcomes=[done(j2, state="failed")])
         assert old.batch_progress(batch_id=b) == batch_truth(old, b)
     finally:
         old.close()
