@@ -181,8 +181,16 @@ class Proxy:
 
 
 def _reset(s: socket.socket) -> None:
+    """Reset ``s`` at once. The shutdown first: a close alone, while another thread
+    is blocked reading the socket, leaves it open until that read returns, so the
+    peer (the database, waiting for the client) would never hear of the cut, and
+    would keep the session and its locks (test_idle_transaction.py covers that)."""
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
         s.close()
     except OSError:
         pass

@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pymysql
@@ -318,6 +318,13 @@ class MySQLBackend(SqlBackend):
                 # and retry the whole transaction (error 1205), so a worker that
                 # was cut off, or is stopping, is never held for most of a minute.
                 cur.execute("SET SESSION innodb_lock_wait_timeout = 10")
+                # A transaction of ours left idle mid-way is ended by the server,
+                # its locks with it (SqlBackend.IDLE_TRANSACTION_S). MariaDB only:
+                # MySQL has no such setting (there the locks stay until the
+                # session's wait_timeout, 8 hours by default).
+                if "mariadb" in str(cast(Any, conn).get_server_info()).lower():
+                    idle = max(1, round(self.IDLE_TRANSACTION_S))
+                    cur.execute(f"SET SESSION idle_transaction_timeout = {idle}")
         except pymysql.Error as exc:
             raise self._unavailable(exc) from exc
         return conn

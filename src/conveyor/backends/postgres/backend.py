@@ -98,7 +98,10 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("jsonb", TextLoader)
     # Our statements are short and touch few rows; JIT compiling them costs far more
     # than it saves (a claim estimated expensive spent 935 ms compiling, 4 ms running).
-    conn.execute("SET jit = off")
+    # A transaction of ours left idle mid-way is ended by the server (see
+    # SqlBackend.IDLE_TRANSACTION_S), its locks with it.
+    idle_ms = int(PostgresBackend.IDLE_TRANSACTION_S * 1000)
+    conn.execute(f"SET jit = off; SET idle_in_transaction_session_timeout = {idle_ms}")
 
 
 _returned: dict[int, float] = {}

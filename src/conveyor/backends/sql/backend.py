@@ -90,6 +90,12 @@ class SqlBackend(Backend):
     capabilities: frozenset[str] = frozenset()
     #: where, in messages ("the PostgreSQL database", "SQLite database /x.db")
     where: str = "the database"
+    #: Seconds a transaction of ours may sit idle, between two of its statements,
+    #: before the server ends its session. Ours never pause there, so one that does
+    #: belongs to a client cut off mid-way (a network gone silent, a process
+    #: frozen): the server would otherwise keep its row locks, and every worker
+    #: would wait on them, until its own keepalive gave up, hours later.
+    IDLE_TRANSACTION_S: float = 15.0
 
     # -- dialect hooks: connections -------------------------------------------------
     @abc.abstractmethod
