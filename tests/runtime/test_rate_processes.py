@@ -8,11 +8,11 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-RATE, WINDOW = 10.0, 30.0
+RATE, WINDOW = 40.0, 10.0
 
 
 def test_three_workers_together_keep_to_the_rate(procs, producer):
-    producer.task(name="rated", queue="rated", rate_limit="10/s")(lambda i: None)
+    producer.task(name="rated", queue="rated", rate_limit=f"{RATE:g}/s")(lambda i: None)
     producer.tasks["rated"].send_many([(i,) for i in range(int(RATE * (WINDOW + 8)))])
     workers = [procs.worker(queues=["rated"], concurrency=10) for _ in range(3)]
     time.sleep(WINDOW + 4)
