@@ -105,6 +105,13 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute(f"SET jit = off; SET idle_in_transaction_session_timeout = {idle_ms}")
 
 
+def _has_rows(cur: psycopg.Cursor[Any]) -> bool:
+    """Whether the statement returned rows (zero or more), as ``cur.description``
+    tells, without building its Column objects (5 % of a one-by-one send)."""
+    res = cur.pgresult
+    return res is not None and res.status == psycopg.pq.ExecStatus.TUPLES_OK
+
+
 _returned: dict[int, float] = {}
 
 
@@ -520,7 +527,7 @@ class PostgresBackend(SqlBackend):
 
                 def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
                     cur = c.execute(sql or Q[name], self._params(params))
-                    return cur.fetchall() if cur.description else []
+                    return cur.fetchall() if _has_rows(cur) else []
 
                 yield read
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -540,7 +547,7 @@ class PostgresBackend(SqlBackend):
         try:
             with self.pool.connection() as c:
                 cur = c.execute(sql or Q[name], self._params(params))
-                return cur.fetchall() if cur.description else []
+                return cur.fetchall() if _has_rows(cur) else []
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 
