@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pymysql
@@ -292,8 +292,7 @@ class MySQLBackend(SqlBackend):
         #: deadlocks and lock wait timeouts retried so far (racing workers)
         self.deadlock_retries = 0
         conn = self._conn()  # fail now, with the server's reason, if we cannot connect
-        server: Any = conn  # get_server_info() is untyped in the stubs
-        self.mariadb = "mariadb" in str(server.get_server_info()).lower()
+        self.mariadb = _is_mariadb(conn)
 
     # -- connections -------------------------------------------------------------------
     def _connect(self) -> pymysql.connections.Connection[Any]:
@@ -322,7 +321,7 @@ class MySQLBackend(SqlBackend):
                 # its locks with it (SqlBackend.IDLE_TRANSACTION_S). MariaDB only:
                 # MySQL has no such setting (there the locks stay until the
                 # session's wait_timeout, 8 hours by default).
-                if "mariadb" in str(cast(Any, conn).get_server_info()).lower():
+                if _is_mariadb(conn):
                     idle = max(1, round(self.IDLE_TRANSACTION_S))
                     cur.execute(f"SET SESSION idle_transaction_timeout = {idle}")
         except pymysql.Error as exc:
@@ -1098,6 +1097,11 @@ class MySQLBackend(SqlBackend):
 
         while self._retry(run) >= 10000:
             pass
+
+
+def _is_mariadb(conn: Any) -> bool:
+    """Whether the server is MariaDB (``conn``'s handshake names it), not MySQL."""
+    return "mariadb" in str(conn.get_server_info()).lower()
 
 
 def _network_defaults(conn: Any) -> None:

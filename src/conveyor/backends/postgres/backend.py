@@ -105,11 +105,14 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute(f"SET jit = off; SET idle_in_transaction_session_timeout = {idle_ms}")
 
 
-def _has_rows(cur: psycopg.Cursor[Any]) -> bool:
-    """Whether the statement returned rows (zero or more), as ``cur.description``
-    tells, without building its Column objects (5 % of a one-by-one send)."""
+def _result_rows(cur: psycopg.Cursor[Any]) -> list[Any]:
+    """The rows the statement returned; none for one that returns no rows. Told
+    by the result's status, not ``cur.description``, which builds a Column object
+    per column each time (9 us a statement)."""
     res = cur.pgresult
-    return res is not None and res.status == psycopg.pq.ExecStatus.TUPLES_OK
+    if res is None or res.status != psycopg.pq.ExecStatus.TUPLES_OK:
+        return []
+    return cur.fetchall()
 
 
 _returned: dict[int, float] = {}
@@ -526,8 +529,7 @@ class PostgresBackend(SqlBackend):
                 )
 
                 def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
-                    cur = c.execute(sql or Q[name], self._params(params))
-                    return cur.fetchall() if _has_rows(cur) else []
+                    return _result_rows(c.execute(sql or Q[name], self._params(params)))
 
                 yield read
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -546,8 +548,7 @@ class PostgresBackend(SqlBackend):
         """One statement in autocommit: a single round trip, no BEGIN/COMMIT."""
         try:
             with self.pool.connection() as c:
-                cur = c.execute(sql or Q[name], self._params(params))
-                return cur.fetchall() if _has_rows(cur) else []
+                return _result_rows(c.execute(sql or Q[name], self._params(params)))
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 
