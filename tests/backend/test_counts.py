@@ -3,6 +3,8 @@ change, before and after the leader folds the deltas."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from conveyor.records import JobFilter
 
 from .helpers import done, fetch, ins, later
@@ -61,6 +63,39 @@ def test_oldest_waiting_per_queue_and_open_batches(backend):
         name=None, task="t", idempotency_key=None, on_complete_json=None, jobs=[ins()]
     )
     assert backend.batch_count_open() == 1
+
+
+def test_oldest_waiting_is_the_first_due_job_of_any_priority(backend):
+    """Read off the fetch index, priority by priority: the oldest waiting job may
+    sit at any priority, a due scheduled job waits too, a future one does not."""
+    t0 = later(-1000)
+
+    def at(s: float):
+        return t0 + timedelta(seconds=s)
+
+    backend.job_insert_many(jobs=[ins(queue="q", priority=5)], now=at(10))
+    backend.job_insert_many(jobs=[ins(queue="q", priority=0)], now=at(0))  # oldest, lowest
+    backend.job_insert_many(jobs=[ins(queue="q", priority=9, delay_s=50)], now=at(-20))
+    backend.job_insert_many(jobs=[ins(queue="q", priority=3, delay_s=500)], now=at(0))
+    backend.job_insert_many(jobs=[ins(queue="r", priority=1, delay_s=900)], now=at(0))
+    backend.counts_fold()
+
+    def oldest(s: float) -> dict:
+        return {
+            q: round((t - t0).total_seconds(), 2)
+            for q, t in backend.queue_oldest_waiting(now=at(s)).items()
+        }
+
+    assert oldest(20) == {"q": 0.0}
+    assert oldest(40) == {"q": 0.0}  # the priority-9 job is due from 30: not older
+    [c, a] = fetch(backend, 2, now=at(40))  # highest priority first: 9, then 5
+    assert (c.priority, a.priority) == (9, 5)
+    assert oldest(40) == {"q": 0.0}
+    [b] = fetch(backend, 1, now=at(40))
+    assert b.priority == 0
+    assert oldest(40) == {}  # left: the priority-3 job, due at 500, and r's at 900
+    assert oldest(600) == {"q": 500.0}
+    assert oldest(950) == {"q": 500.0, "r": 900.0}
 
 
 def batch_truth(backend, batch_id: int) -> dict:
@@ -129,7 +164,7 @@ def test_batch_counts_start_from_the_jobs_when_the_schema_is_upgraded(db_url, mo
         b = new_batch(old, 5)
         [j1, j2] = fetch(old, n=2)
         old.job_finalize_many(worker_id="w1", outcomes=[done(j1)])
-        monkeypatch.setattr(cls, "MIGRATIONS", every)
+        monkeypatch.setattr(cls, "MIGRATIONS", every[:16])
         assert old.migrate() == [16]
         assert old.batch_progress(batch_id=b) == {"available": 3, "running": 1, "succeeded": 1}
         old.job_finalize_many(worker_id="w1", outcomes=[done(j2, state="failed")])
