@@ -19,6 +19,10 @@ from .helpers import ins
 PLANNED = [
     ("job_prune_ids", "conveyor_jobs_finished_idx"),
     ("job_chain_due", "conveyor_jobs_chain_due_idx"),
+    # priority aging reads windows of waiting time per queue; the fetch index
+    # orders by priority first, so without this one each window read the queue
+    ("job_age_priorities", "conveyor_jobs_waiting_idx"),
+    ("queue_oldest_waiting", "conveyor_jobs_waiting_idx"),
 ]
 
 

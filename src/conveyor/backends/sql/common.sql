@@ -218,37 +218,21 @@ HAVING sum(n) <> 0
 DELETE FROM conveyor_counts WHERE n = 0
 
 -- name: queue_oldest_waiting
--- Per queue that has jobs waiting, when its oldest waiting job became due. The
--- fetch index holds every waiting job (available ones, and scheduled ones from
--- their scheduled_at on) in (queue, priority DESC, scheduled_at) order, so that
--- job is the first due entry of one of the queue's priorities: a skip scan walks
--- the priorities present (one index descent each, p), then takes the first due
--- entry of each (one descent). Cost: the number of distinct waiting priorities,
--- not of waiting jobs. (Available jobs are due by construction: they became
--- available at their scheduled_at or later.)
-WITH RECURSIVE q(queue) AS (
-    SELECT DISTINCT queue FROM conveyor_counts
-    WHERE state IN ('available', 'scheduled') AND n > 0
-    UNION
-    SELECT DISTINCT queue FROM conveyor_count_deltas
-    WHERE state IN ('available', 'scheduled')
-), p(queue, priority) AS (
-    SELECT q.queue, (SELECT max(j.priority) FROM conveyor_jobs j
-                     WHERE j.queue = q.queue AND j.state IN ('available', 'scheduled'))
-    FROM q
-    UNION ALL
-    SELECT p.queue, (SELECT max(j.priority) FROM conveyor_jobs j
-                     WHERE j.queue = p.queue AND j.state IN ('available', 'scheduled')
-                       AND j.priority < p.priority)
-    FROM p WHERE p.priority IS NOT NULL
-)
-SELECT p.queue,
-       min((SELECT min(j.scheduled_at) FROM conveyor_jobs j
-            WHERE j.queue = p.queue AND j.state IN ('available', 'scheduled')
-              AND j.priority = p.priority AND j.scheduled_at <= {NOW})) AS since
-FROM p
-WHERE p.priority IS NOT NULL
-GROUP BY p.queue
+-- Per queue that has jobs waiting: one descent of the waiting index, and the due
+-- scheduled jobs the leader has not promoted yet (a few seconds' worth at most).
+SELECT q.queue,
+       (SELECT min(s) FROM (
+            SELECT min(j.scheduled_at) AS s FROM conveyor_jobs j
+            WHERE j.queue = q.queue AND j.state = 'available'
+            UNION ALL
+            SELECT min(j.scheduled_at) FROM conveyor_jobs j
+            WHERE j.queue = q.queue AND j.state = 'scheduled' AND j.scheduled_at <= {NOW}
+        ) w) AS since
+FROM (SELECT DISTINCT queue FROM conveyor_counts
+      WHERE state IN ('available', 'scheduled') AND n > 0
+      UNION
+      SELECT DISTINCT queue FROM conveyor_count_deltas
+      WHERE state IN ('available', 'scheduled')) q
 
 -- name: batch_count_open
 SELECT count(*) AS n FROM conveyor_batches WHERE state = 'running'

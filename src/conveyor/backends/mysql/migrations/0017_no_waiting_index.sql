@@ -1,3 +1,0 @@
--- Schema v17: nothing to do here. PostgreSQL and SQLite drop their partial waiting
--- index; MySQL's (queue, state, scheduled_at, id) is no partial index but the one
--- its oldest-waiting probe reads, a loose index scan per queue (its own query).
