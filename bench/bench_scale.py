@@ -204,6 +204,7 @@ def add_finished(url: str, total: int) -> None:
     step = 1_000_000
     with psycopg.connect(url, autocommit=True) as c:
         for start in range(0, total, step):
+            step = min(step, total - start)
             say(f"adding finished jobs {start:,}..{start + step:,}")
             c.execute(
                 "INSERT INTO conveyor_jobs (queue, task, args, state, priority, attempt,"
@@ -360,6 +361,93 @@ def phase_churn(n: int, rounds: int, out: str | None) -> None:
         )
 
 
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def markdown(path: str) -> str:
+    """The "Scale" section of bench/RESULTS.md, from a run's JSON lines."""
+    import json
+
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    out = [
+        "## Scale",
+        "",
+        f"`bench/bench_scale.py` (`BENCH_SCALE=1 make bench`; raw results: `{path}`). "
+        "Drains of no-op jobs by `conveyor worker --burst` processes, jobs/s from the first "
+        "start to the last finish; every round in order.",
+        "",
+    ]
+    workers = [r for r in rows if r["bench"] == "scale.workers"]
+    if workers:
+        out += [
+            "More workers (goal 7), one queue, PostgreSQL:",
+            "",
+            "| table | processes | jobs/s per round | median | vs 1 process | top wait events "
+            "(pg_stat_activity every 50 ms, active sessions) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for table in dict.fromkeys(r["table"] for r in workers):
+            here = [r for r in workers if r["table"] == table]
+            one = _median([r["rate"] for r in here if r["processes"] == 1])
+            for k in sorted({r["processes"] for r in workers if r["table"] == table}):
+                mine = [r for r in workers if r["table"] == table and r["processes"] == k]
+                rates = [r["rate"] for r in mine]
+                waits: Counter[str] = Counter()
+                for r in mine:
+                    waits.update(r.get("waits", {}))
+                top = ", ".join(
+                    f"{' '.join(w.split()).replace('|', '/')} {n}" for w, n in waits.most_common(3)
+                )
+                out.append(
+                    f"| {table} | {k} | {' / '.join(f'{x:,}' for x in rates)} | "
+                    f"{_median(rates):,.0f} | {_median(rates) / one:.2f}x | {top} |"
+                )
+        out.append("")
+        empty = [r["rate"] for r in workers if r["table"] == "empty" and r["processes"] == 1]
+        full = [r["rate"] for r in workers if r["table"] != "empty" and r["processes"] == 1]
+        if empty and full:
+            out += [
+                f"One process with the waiting jobs vs an empty table (goal 6: within 15%): "
+                f"**{_median(full) / _median(empty):.2f}x**.",
+                "",
+            ]
+    finished = [r for r in rows if r["bench"] == "scale.finished"]
+    reads = [r for r in rows if r["bench"] == "scale.reads"]
+    if finished:
+        tables = list(dict.fromkeys(r["table"] for r in finished))
+        rates = {t: [r["rate"] for r in finished if r["table"] == t] for t in tables}
+        out += ["Finished jobs kept (goal 6), one process, PostgreSQL:", ""]
+        for t in tables:
+            out.append(f"- {t}: {' / '.join(f'{x:,}' for x in rates[t])} jobs/s")
+        if len(tables) == 2:
+            ratio = _median(rates[tables[1]]) / _median(rates[tables[0]])
+            out.append(f"- ratio: **{ratio:.2f}x** (goal: within 15%)")
+        out.append("")
+    if reads:
+        tables = [r["table"] for r in reads]
+        out += [
+            "What status, the server and the dashboard read (goal 6: under 100 ms), "
+            "p50 / max ms over 20 calls:",
+            "",
+            "| read | " + " | ".join(tables) + " |",
+            "|---|" + "---|" * len(tables),
+        ]
+        names = [k for k in reads[0] if isinstance(reads[0][k], dict)]
+        for name in names:
+            cells = [f"{r[name]['p50_ms']} / {r[name]['max_ms']}" for r in reads]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append("")
+    for r in (r for r in rows if r["bench"] == "scale.memory"):
+        out += [
+            f"A worker's memory over {r['jobs']:,} jobs (goal 8: flat), {r['backend']}: RSS "
+            f"{r['rss_mib_at_1pct']} MiB at 1%, {r['rss_mib_at_50pct']} at 50%, "
+            f"{r['rss_mib_end']} at the end (max {r['rss_mib_max']}), {r['seconds']} s.",
+            "",
+        ]
+    return "\n".join(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--phases", default="workers,finished,memory")
@@ -370,7 +458,11 @@ def main() -> None:
     p.add_argument("--finished", type=int, default=10_000_000)
     p.add_argument("--memory-jobs", type=int, default=1_000_000)
     p.add_argument("--out")
+    p.add_argument("--markdown", metavar="JSONL", help="print the Markdown section of a run")
     a = p.parse_args()
+    if a.markdown:
+        print(markdown(a.markdown))
+        return
     phases = a.phases.split(",")
     for backend in a.backends.split(","):
         if "workers" in phases:

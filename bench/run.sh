@@ -29,7 +29,7 @@
 #   9. `conveyor bench` (the CLI worker with its defaults) on PostgreSQL with --pgqueuer,
 #      on SQLite and on MariaDB (scripts/ensure-mysql.sh), appended to bench/RESULTS.md;
 #  10. with BENCH_SCALE=1, bench/bench_scale.py (1/2/4 workers, 1M waiting, 10M finished,
-#      a worker's RSS over 1M jobs).
+#      a worker's RSS over 1M jobs), its section appended to bench/RESULTS.md.
 #
 # Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
 # (the shared folder), BENCH_N (jobs per run, default 20000).
@@ -200,4 +200,6 @@ if [ "${BENCH_SCALE:-0}" = 1 ]; then
   SOUT=$SCRATCH/results/conveyor-scale-$STAMP.jsonl
   say "$PY bench/bench_scale.py --out $SOUT"
   "$PY" bench/bench_scale.py --out "$SOUT" >&2
+  { echo; "$PY" bench/bench_scale.py --markdown "$SOUT"; } >> "$REPO/bench/RESULTS.md"
+  say "scale section appended to bench/RESULTS.md"
 fi
