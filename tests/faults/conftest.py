@@ -96,6 +96,11 @@ class Cluster:
     def stop(self) -> None:
         self._as_pg(f"{self.bin}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
+    def crash(self) -> None:
+        """Stop as a crash does: every server process quits at once, no checkpoint,
+        WAL not yet written from its buffers is lost; the next start recovers."""
+        self._as_pg(f"{self.bin}/pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
     def answers(self) -> bool:
         try:
             psycopg.connect(self.url, connect_timeout=2).close()
