@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import select
 import threading
 import time
 from collections import deque
@@ -142,9 +143,21 @@ class _Pool(ConnectionPool):
 
 def _check(conn: psycopg.Connection[Any]) -> None:
     """Ping a connection that sat idle in the pool: after a server restart it is
-    dead, and the statement about to use it would fail although the server is up."""
-    if time.monotonic() - _returned.get(id(conn), 0.0) > CHECK_IDLE_S:
+    dead, and the statement about to use it would fail although the server is up.
+    One used moments ago is pinged only if the server spoke on it since, which it
+    does not on an idle connection unless it is going away (a shutdown's or a
+    crash's last message, then the end of the stream): one poll of the socket, no
+    round trip, and the first statement after a quick restart finds a live one."""
+    if time.monotonic() - _returned.get(id(conn), 0.0) > CHECK_IDLE_S or _spoke(conn):
         ConnectionPool.check_connection(conn)
+
+
+def _spoke(conn: psycopg.Connection[Any]) -> bool:
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True  # no usable socket: let the ping say so
+    return bool(readable)
 
 
 def _network_defaults(url: str) -> dict[str, Any]:
