@@ -204,8 +204,8 @@ def add_finished(url: str, total: int) -> None:
     step = 1_000_000
     with psycopg.connect(url, autocommit=True) as c:
         for start in range(0, total, step):
-            step = min(step, total - start)
-            say(f"adding finished jobs {start:,}..{start + step:,}")
+            end = min(start + step, total)
+            say(f"adding finished jobs {start:,}..{end:,}")
             c.execute(
                 "INSERT INTO conveyor_jobs (queue, task, args, state, priority, attempt,"
                 " max_attempts, created_at, scheduled_at, started_at, finished_at, lease_owner)"
@@ -214,7 +214,7 @@ def add_finished(url: str, total: int) -> None:
                 " now() - interval '2 days', now() - interval '2 days',"
                 " now() - interval '2 days', now() - interval '2 days', 'w'"
                 " FROM generate_series(%s::bigint, %s::bigint) g",
-                (start, start + step - 1),
+                (start, end - 1),
             )
         c.execute("VACUUM ANALYZE conveyor_jobs")
 
@@ -390,8 +390,8 @@ def markdown(path: str) -> str:
         for table in dict.fromkeys(r["table"] for r in workers):
             here = [r for r in workers if r["table"] == table]
             one = _median([r["rate"] for r in here if r["processes"] == 1])
-            for k in sorted({r["processes"] for r in workers if r["table"] == table}):
-                mine = [r for r in workers if r["table"] == table and r["processes"] == k]
+            for k in sorted({r["processes"] for r in here}):
+                mine = [r for r in here if r["processes"] == k]
                 rates = [r["rate"] for r in mine]
                 waits: Counter[str] = Counter()
                 for r in mine:

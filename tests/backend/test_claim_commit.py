@@ -59,10 +59,10 @@ def test_the_claim_statements_turn_it_off_for_their_transaction_only(pg):
                 "limit": 1,
                 "worker_id": "w2",
                 "lease_s": None,
-                "channel": "conveyor",
-                "events": "conveyor_events",
             }
-            conn.execute(Q["job_claim"], params)  # nothing left to claim; still its setting
+            conn.execute(
+                Q["job_claim"], pg._params(params)
+            )  # nothing left to claim; still its setting
             assert _setting(conn) == "off"
         assert _setting(conn) == "on"
     assert job.lease_owner == "w1"

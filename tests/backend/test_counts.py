@@ -66,8 +66,8 @@ def test_oldest_waiting_per_queue_and_open_batches(backend):
 
 
 def test_oldest_waiting_is_the_first_due_job_of_any_priority(backend):
-    """Read off the fetch index, priority by priority: the oldest waiting job may
-    sit at any priority, a due scheduled job waits too, a future one does not."""
+    """The oldest waiting job may sit at any priority; a due scheduled job waits
+    too, a future one does not."""
     t0 = later(-1000)
 
     def at(s: float):

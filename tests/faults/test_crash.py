@@ -41,7 +41,7 @@ def test_claims_undone_by_a_crash_run_again_and_count_once(cluster):
             assert len(claimed) == 10
             cluster.crash()  # at once: the claims' WAL may still be in the server's buffers
             cluster.start()
-            # the claims that survived take their outcome; undone ones are refused
+            # the claims that survived take their outcome, undone ones are refused;
             # the first call after the restart: the pool's connections from before
             # the crash are dead, and it must notice before using one
             accepted = set(_succeed(backend, claimed))
