@@ -164,7 +164,7 @@ def test_batch_counts_start_from_the_jobs_when_the_schema_is_upgraded(db_url, mo
         b = new_batch(old, 5)
         [j1, j2] = fetch(old, n=2)
         old.job_finalize_many(worker_id="w1", outcomes=[done(j1)])
-        monkeypatch.setattr(cls, "MIGRATIONS", every)
+        monkeypatch.setattr(cls, "MIGRATIONS", every[:16])
         assert old.migrate() == [16]
         assert old.batch_progress(batch_id=b) == {"available": 3, "running": 1, "succeeded": 1}
         old.job_finalize_many(worker_id="w1", outcomes=[done(j2, state="failed")])

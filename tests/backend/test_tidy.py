@@ -16,12 +16,14 @@ from .helpers import ins
 
 
 def _job_table_count(backend, column: str) -> int:
-    """``vacuum_count`` or ``analyze_count`` of conveyor_jobs, as the server keeps it."""
+    """``vacuum_count`` or ``analyze_count`` of the live jobs' table (the partition
+    of conveyor_jobs where claims and outcomes write, schema v17), as the server
+    keeps it."""
     with backend._tx() as cur:
         cur.execute(
             f"SELECT coalesce(sum({column}), 0) AS n FROM pg_stat_user_tables s "
             "JOIN pg_class c ON c.oid = s.relid "
-            "WHERE c.relname = 'conveyor_jobs' AND pg_table_is_visible(c.oid)"
+            "WHERE c.relname = 'conveyor_jobs_live' AND pg_table_is_visible(c.oid)"
         )
         return int(cur.fetchone()["n"])
 
@@ -38,7 +40,7 @@ def test_the_leader_vacuums_a_job_table_full_of_dead_rows(app, backend, db_url):
     pg = db_url.startswith("postgresql")
     if pg:  # whatever the server's settings, autovacuum must not get there first
         with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute("ALTER TABLE conveyor_jobs SET (autovacuum_enabled = false)")
+            conn.execute("ALTER TABLE conveyor_jobs_live SET (autovacuum_enabled = false)")
     backend.job_insert_many(jobs=[ins(args=[i]) for i in range(600)])
     assert app.delete_jobs(queue="q").done == 600  # 600 dead rows
     kept = backend.job_insert_many(jobs=[ins(args=["kept"])])
@@ -57,10 +59,10 @@ def test_the_leader_vacuums_a_job_table_full_of_dead_rows(app, backend, db_url):
         assert maintenance._tidying is not None
         maintenance._tidying.join(10)
         time.sleep(0.2)
-    assert _vacuums(backend) > before, "conveyor_jobs was never vacuumed"
+    assert _vacuums(backend) > before, "conveyor_jobs_live was never vacuumed"
     assert backend.job_get(job_id=kept[0].id).state == "available"
     # Tidied: nothing is left over the threshold, so the next pass does nothing.
-    assert "conveyor_jobs" not in backend.tidy(min_dead=500)
+    assert "conveyor_jobs_live" not in backend.tidy(min_dead=500)
     maintenance.stop()
 
 
@@ -72,7 +74,7 @@ def test_the_leader_analyzes_a_job_table_loaded_since_its_last_statistics(app, b
         assert backend.tidy(min_dead=1) == []
         return
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("ALTER TABLE conveyor_jobs SET (autovacuum_enabled = false)")
+        conn.execute("ALTER TABLE conveyor_jobs_live SET (autovacuum_enabled = false)")
     backend.job_insert_stream(chunks=[[ins(args=[i]) for i in range(300)]] * 2)  # no dead rows
     maintenance = Maintenance(backend, tidy_min_dead=500, tidy_every_s=0)
     before = _analyzes(backend)
@@ -82,6 +84,6 @@ def test_the_leader_analyzes_a_job_table_loaded_since_its_last_statistics(app, b
         assert maintenance._tidying is not None
         maintenance._tidying.join(10)
         time.sleep(0.2)
-    assert _analyzes(backend) > before, "conveyor_jobs was never analyzed"
-    assert "conveyor_jobs" not in backend.tidy(min_dead=500)  # fresh statistics now
+    assert _analyzes(backend) > before, "conveyor_jobs_live was never analyzed"
+    assert "conveyor_jobs_live" not in backend.tidy(min_dead=500)  # fresh statistics now
     maintenance.stop()

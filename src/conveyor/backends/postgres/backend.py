@@ -7,9 +7,13 @@ inserts, finishes and rescues send NOTIFY in the same statement.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
+import math
 import random
+import re
 import select
 import threading
 import time
@@ -17,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg.sql
@@ -82,10 +86,34 @@ MIGRATIONS = load_migrations(__package__ or "conveyor.backends.postgres")
 CHANNEL = "conveyor_jobs"
 #: change hints for waiters and event streams ("done")
 EVENTS = "conveyor_events"
-# Without keys no row can conflict, and ON CONFLICT checking costs ~10% of a bulk insert.
-if "ON CONFLICT DO NOTHING" not in Q["job_insert_many"]:
-    raise RuntimeError("job_insert_many lost its ON CONFLICT clause")
-KEYLESS_INSERT = Q["job_insert_many"].replace("ON CONFLICT DO NOTHING", "")
+
+
+def _keyless(sql: str) -> str:
+    """job_insert_many for jobs without keys: no row can conflict, and ON CONFLICT
+    checking costs ~10% of a bulk insert; no idempotency key to look for in every
+    partition either."""
+    held = re.search(r"\), held AS \(.*?(?=\), ins AS \()", sql, re.S)
+    kept = (
+        "WHERE v.idempotency_key IS NULL"
+        " OR v.idempotency_key NOT IN (SELECT idempotency_key FROM held)\n"
+    )
+    if held is None or kept not in sql or "ON CONFLICT DO NOTHING" not in sql:
+        raise RuntimeError("job_insert_many lost its held CTE or ON CONFLICT clause")
+    return sql.replace(held.group(0), "").replace(kept, "").replace("ON CONFLICT DO NOTHING", "")
+
+
+KEYLESS_INSERT = _keyless(Q["job_insert_many"])
+
+#: A row another transaction moved to a different partition since this statement's
+#: snapshot (an outcome moves its job out of the live partition, schema v17), or a
+#: deadlock: the transaction is rolled back, and the backend runs it again.
+T = TypeVar("T")
+_MOVED = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+#: the days of finished jobs are made this far ahead (partitions), this often
+DAYS_AHEAD = 2
+DAYS_EVERY_S = 3600.0
+#: how many times a transaction is run before the error is the caller's
+MOVED_TRIES = 8
 #: jobs without keys or limits written in one transaction go by COPY from this many
 #: (fewer: one INSERT, a round trip less)
 COPY_MIN = 200
@@ -472,6 +500,7 @@ class PostgresBackend(SqlBackend):
             psycopg.connect(url, connect_timeout=10).close()
         except psycopg.OperationalError as exc:
             raise _connect_error(url, exc) from exc
+        self._days_made_at = -math.inf
         self._limits_cache: dict[tuple[str, ...], tuple[float, dict[str, QueueLimits]]] = {}
         #: per keyed queue, how far past its size a claim looks (next_window_factor)
         self._windows = WindowSizes()
@@ -509,6 +538,8 @@ class PostgresBackend(SqlBackend):
         try:
             with self.pool.connection() as c, c.transaction(), c.cursor() as cur:
                 yield cur
+        except _MOVED:
+            raise  # retried whole by _again, outside
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 
@@ -527,6 +558,8 @@ class PostgresBackend(SqlBackend):
                 c.cursor() as cur,
             ):
                 yield cur
+        except _MOVED:
+            raise  # retried whole by _again, outside
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 
@@ -545,6 +578,8 @@ class PostgresBackend(SqlBackend):
                     return _result_rows(c.execute(sql or Q[name], self._params(params)))
 
                 yield read
+        except _MOVED:
+            raise  # retried whole by _again, outside
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 
@@ -562,6 +597,8 @@ class PostgresBackend(SqlBackend):
         try:
             with self.pool.connection() as c:
                 return _result_rows(c.execute(sql or Q[name], self._params(params)))
+        except _MOVED:
+            raise  # retried whole by _again, outside
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 
@@ -569,6 +606,8 @@ class PostgresBackend(SqlBackend):
         try:
             with self.pool.connection() as c:
                 return c.execute(Q[name], self._params(params)).rowcount
+        except _MOVED:
+            raise  # retried whole by _again, outside
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _connect_error(self.url, exc) from exc
 
@@ -577,6 +616,19 @@ class PostgresBackend(SqlBackend):
 
     def _qc(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> int:
         return super()._qc(cur, name, self._params(params or {}))
+
+    def _again(self, run: Callable[[], T]) -> T:
+        """``run()``, a whole transaction, run again when the server rolled it back
+        for a row moved under it or a deadlock (_MOVED); a short random pause
+        between tries. Never around a transaction of the caller's (conn=)."""
+        for tried in range(1, MOVED_TRIES + 1):
+            try:
+                return run()
+            except _MOVED as exc:
+                if tried == MOVED_TRIES:
+                    raise _connect_error(self.url, exc) from exc
+                time.sleep(random.uniform(0, 0.0005 * 2**tried))
+        raise AssertionError("unreachable")
 
     def _migration_lock(self, cur: Any) -> None:
         self._q(cur, "migration_lock")
@@ -716,13 +768,13 @@ class PostgresBackend(SqlBackend):
             "tasks": None if tasks is None else list(tasks),
             "schema_version": schema_version if schema_version is not None else self.latest_schema,
         }
-        rows = []
+        rows: list[Any] = []
         if free:  # the fast path: SKIP LOCKED, no limits to respect
-            rows = self._rows("job_claim", {**params, "queues": free, "limit": limit})
-        for queue in (q for q in queues if q in limits):
-            if len(rows) >= limit:
-                break
-            asked = limit - len(rows)
+            rows = self._again(
+                lambda: self._rows("job_claim", {**params, "queues": free, "limit": limit})
+            )
+
+        def claim_limited(queue: str, asked: int) -> list[Any]:
             factor = self._windows.factor(queue)
             qparams = limited_params(queue, limits[queue], asked, factor)
             with self._pipelined_tx() as cur:
@@ -735,26 +787,29 @@ class PostgresBackend(SqlBackend):
                 if not lim.keyed and lim.rate_per_s is None and lim.max_running is not None:
                     # Only a queue limit: the plain claim, sized by the room left.
                     [running] = self._fetch(cur, "queue_running", {"queue": queue})
-                    room = min(limit - len(rows), lim.max_running - running["n"])
-                    if room > 0:
-                        rows += self._fetch(
-                            cur, "job_claim", {**params, "queues": [queue], "limit": room}
-                        )
-                    continue
+                    room = min(asked, lim.max_running - running["n"])
+                    if room <= 0:
+                        return []
+                    return self._fetch(
+                        cur, "job_claim", {**params, "queues": [queue], "limit": room}
+                    )
                 claimed = self._fetch(
                     cur,
                     "job_claim_limited",
-                    {
-                        **params,
-                        **qparams,
-                        "limit": limit - len(rows),
-                        "identity": [worker_id, *tags],
-                    },
+                    {**params, **qparams, "limit": asked, "identity": [worker_id, *tags]},
                 )
                 for spend in queue_spends(queue, limits[queue], claimed):
                     cur.execute(Q["rate_spend"], {**spend, "now": now})
-                self._windows.update(queue, factor, asked, len(claimed))
-                rows += claimed
+            self._windows.update(queue, factor, asked, len(claimed))
+            return claimed
+
+        # Each queue in a transaction of its own, retried alone: a claim that
+        # committed is never run again (its jobs would be leased and lost).
+        for queue in (q for q in queues if q in limits):
+            if len(rows) >= limit:
+                break
+            asked = limit - len(rows)
+            rows += self._again(lambda q=queue, n=asked: claim_limited(q, n))  # type: ignore[misc]
         jobs = [self._job(r) for r in rows]
         order = {q: i for i, q in enumerate(queues)}
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
@@ -820,6 +875,46 @@ class PostgresBackend(SqlBackend):
             resurrected=bool(row["inserted"]),
         )
 
+    def job_prune(
+        self,
+        *,
+        state: str,
+        older_than_s: float,
+        limit: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        """Whole days of finished jobs first (dropped partitions, schema v17), then
+        row by row what is left: the day that straddles the cutoff, jobs in a
+        state's catch-all partition, and a day kept for an open batch."""
+        gone = 0
+        if not dry_run:
+            if time.monotonic() - self._days_made_at > DAYS_EVERY_S:
+                self._partition_upkeep("job_add_days", {"ahead": DAYS_AHEAD})
+                self._days_made_at = time.monotonic()
+            gone = self._partition_upkeep(
+                "job_drop_days",
+                {"state": str(state), "older_than_s": float(older_than_s), "now": now},
+            )
+        return gone + super().job_prune(
+            state=state, older_than_s=older_than_s, limit=limit, dry_run=dry_run, now=now
+        )
+
+    def _partition_upkeep(self, name: str, params: dict[str, Any]) -> int:
+        """A partition-keeping statement in a transaction of its own, which gives
+        up rather than wait: creating or dropping a partition locks its parent,
+        and outcomes must not queue behind it. Skipped now, done at a later pass."""
+        try:
+            with self.pool.connection() as c, c.transaction():
+                c.execute("SET LOCAL lock_timeout = '1s'", prepare=False)
+                row: Any = c.execute(Q[name], self._params(params)).fetchone()
+                return int(row["n"] or 0) if row else 0
+        except (*_MOVED, psycopg.errors.LockNotAvailable, psycopg.errors.DuplicateTable) as exc:
+            log.info("%s skipped this time: %s", name, str(exc).splitlines()[0])
+            return 0
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise _connect_error(self.url, exc) from exc
+
     def job_rescue(
         self, *, worker_ttl_s: float, limit: int = 1000, now: datetime | None = None
     ) -> RescueResult:
@@ -830,3 +925,22 @@ class PostgresBackend(SqlBackend):
             requeued=[r["id"] for r in rows if r["state"] == JobState.AVAILABLE],
             failed=[r["id"] for r in rows if r["state"] == JobState.FAILED],
         )
+
+
+def _run_again(fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def method(self: PostgresBackend, *args: Any, **kwargs: Any) -> T:
+        if kwargs.get("conn") is not None:  # the caller's transaction: theirs to retry
+            return fn(self, *args, **kwargs)
+        return self._again(lambda: fn(self, *args, **kwargs))
+
+    return method
+
+
+#: Not run again whole: job_claim retries each of its transactions itself (one
+#: that committed must not run twice); a stream is consumed once; the rest run no
+#: statement on jobs that another transaction moves.
+_RUN_ONCE = {"close", "notifier", "job_claim", "job_insert_stream", "supports", "migrate", "tidy"}
+for _name, _fn in inspect.getmembers(PostgresBackend, inspect.isfunction):
+    if not (_name.startswith("_") or _name in _RUN_ONCE or inspect.isgeneratorfunction(_fn)):
+        setattr(PostgresBackend, _name, _run_again(_fn))

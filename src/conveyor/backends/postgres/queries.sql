@@ -11,6 +11,17 @@
 -- planner believed the table nearly empty and walked all of it once per claim or
 -- completion, 100 picked rows against every job (a claim of 100 from 3,000 jobs:
 -- 119 ms instead of 7.6 ms; quadratic in the backlog). tests/backend/test_plans.py.
+--
+-- Live: the job table is partitioned by state (schema v17). A statement that
+-- changes jobs still running or waiting says they are not finished, a constant
+-- the planner prunes the finished partitions by: otherwise it would be planned and
+-- run over every day of finished jobs too (an index probe per partition and id).
+-- NOT IN and not IN ('scheduled', 'available', 'running'): without statistics (a
+-- live partition analyzed while empty) the planner takes an IN list to keep 1.5%
+-- of the rows, and a NOT IN 98.5%; with 1 row expected from 100 ids it compared
+-- each outcome with every other (tests/backend/test_plans.py). Nor state =
+-- 'running': that matches a partial index, which a generic plan may then walk
+-- instead of the ids.
 
 -- name: job_insert_many
 -- One statement for the whole chunk: arrays in, unnest, one row per job.
@@ -65,6 +76,15 @@ WITH t AS (
                               chain, chain_root, concurrency_key, concurrency_limit, rate_key,
                               rate_per_s, rate_burst, pinned_to, spread_group, tenant, explicit,
                               ord)
+), held AS (
+    -- Idempotency keys a kept job holds, in any partition (schema v17: each
+    -- partition's unique index covers its own jobs only). The lock keeps such a
+    -- job where it is until this transaction ends; one that moved since this
+    -- statement's snapshot fails it with a serialization error, and the backend
+    -- runs it again (it then finds the job where it went).
+    SELECT j.idempotency_key FROM conveyor_jobs j
+    WHERE j.idempotency_key IN (SELECT v.idempotency_key FROM v)
+    FOR KEY SHARE OF j
 ), ins AS (
     INSERT INTO conveyor_jobs (queue, task, args, state, priority, max_attempts, timeout_s,
                                backoff, unique_key, idempotency_key, batch_id, stage, context,
@@ -79,6 +99,7 @@ WITH t AS (
            v.spread_group, v.tenant, v.explicit,
            t.now, t.now + make_interval(secs => v.delay_s), {CHANGE}
     FROM v, t
+    WHERE v.idempotency_key IS NULL OR v.idempotency_key NOT IN (SELECT idempotency_key FROM held)
     ORDER BY v.ord
     ON CONFLICT DO NOTHING
     RETURNING id, unique_key, idempotency_key, state, queue
@@ -190,6 +211,7 @@ SET state = 'running',
     changed = {CHANGE}
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
+  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
@@ -266,6 +288,7 @@ WITH i AS (
     -- "state = 'running'": that matches the partial lease index, and a generic
     -- plan after an ANALYZE that saw no running jobs then nested-loops over them.
     WHERE j.id = i.id AND j.lease_token = i.token AND j.id = ANY(%(id)b::bigint[])  -- (see "By id" at the top)
+      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
     RETURNING j.id, j.queue, j.state, j.attempt, j.started_at, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), woken AS (
@@ -312,6 +335,7 @@ WITH released AS (
     FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
     WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
       AND j.id = ANY(%(id)b::bigint[])  -- (see "By id" at the top)
+      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
     RETURNING j.id, j.queue, j.attempt + 1 AS ran, j.stage, j.started_at
 ), logged AS (
     INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
@@ -384,6 +408,7 @@ WITH t AS (
         changed = {CHANGE}
     FROM expired e, t
     WHERE j.id = e.id AND j.id = ANY(ARRAY(SELECT id FROM expired))  -- (see "By id" at the top)
+      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
     RETURNING j.id, j.state, j.attempt, j.stage, j.queue, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), logged AS (
@@ -415,6 +440,7 @@ WITH due AS (
 )
 UPDATE conveyor_jobs j SET state = 'available', changed = {CHANGE}
 WHERE j.id = ANY(ARRAY(SELECT id FROM due))  -- (see "By id" at the top)
+  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
 RETURNING j.queue
 
 -- name: schema_version_table
@@ -492,6 +518,7 @@ WITH t AS (
 UPDATE conveyor_jobs j SET base_priority = due.base, priority = due.target
 FROM due
 WHERE j.id = due.id AND j.id = ANY(ARRAY(SELECT id FROM due))  -- (see "By id" at the top)
+  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
 RETURNING j.id
 
 -- name: queue_mark_keyed
@@ -616,6 +643,7 @@ SET state = 'running',
     changed = {CHANGE}
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
+  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
@@ -700,3 +728,16 @@ WITH moved AS (
 INSERT INTO conveyor_counts (queue, task, state, n)
 SELECT queue, task, state, sum(n) FROM moved GROUP BY queue, task, state
 ON CONFLICT (queue, task, state) DO UPDATE SET n = conveyor_counts.n + excluded.n
+
+-- name: job_add_days
+-- The days of finished jobs from today to `ahead` days on (schema v17), made
+-- ahead of the outcomes that will fill them.
+SELECT conveyor_jobs_add_days(%(ahead)s::int) AS n
+
+-- name: job_drop_days
+-- Retention by whole days (schema v17): each day of the state's partition that
+-- ended before the cutoff goes at once, with its attempts and its counts.
+SELECT conveyor_jobs_drop_days(
+    %(state)s::text,
+    coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s::float8)
+) AS n
