@@ -741,3 +741,13 @@ SELECT conveyor_jobs_drop_days(
     %(state)s::text,
     coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s::float8)
 ) AS n
+
+-- name: job_find_by_keys
+-- As the shared query, in two parts: unique keys name unfinished jobs only, and
+-- so does their index (on the live partition, schema v17); the OR of the shared
+-- query would have each finished day scanned for them.
+SELECT id, unique_key, idempotency_key FROM conveyor_jobs
+WHERE idempotency_key = ANY(%(idempotency_keys)s::text[])
+UNION
+SELECT id, unique_key, idempotency_key FROM conveyor_jobs
+WHERE unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('scheduled', 'available', 'running')

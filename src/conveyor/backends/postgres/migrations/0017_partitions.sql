@@ -7,8 +7,10 @@
 --                                  holds only the work not yet done
 --     conveyor_jobs_succeeded      PARTITION BY RANGE (finished_at), one per day
 --     conveyor_jobs_failed           (conveyor_jobs_<state>_YYYYMMDD, UTC days,
---     conveyor_jobs_cancelled         made a few days ahead by the leader) and a
---                                     catch-all conveyor_jobs_<state>_rest
+--     conveyor_jobs_cancelled         made a few days ahead by the leader), the
+--                                     jobs finished before the upgrade
+--                                     (conveyor_jobs_<state>_before_YYYYMMDD) and
+--                                     a catch-all conveyor_jobs_<state>_rest
 --
 -- An outcome moves its row from the live partition to its state's day (an UPDATE
 -- that changes the partition key: PostgreSQL deletes and inserts it; the
@@ -151,11 +153,13 @@ BEGIN
     FOR part IN
         SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
         WHERE i.inhparent = to_regclass(quote_ident('conveyor_jobs_' || st))
-          AND c.relname ~ ('^conveyor_jobs_' || st || '_[0-9]{8}$')
+          AND c.relname ~ ('^conveyor_jobs_' || st || '_(before_)?[0-9]{8}$')
         ORDER BY c.relname
     LOOP
-        hi := (to_date(right(part, 8), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC';
-        EXIT WHEN hi > cutoff;
+        -- a day ends at the next midnight; the jobs from before the upgrade, at its
+        hi := (to_date(right(part, 8), 'YYYYMMDD')
+               + CASE WHEN part LIKE '%\_before\_%' THEN 0 ELSE 1 END)::timestamp AT TIME ZONE 'UTC';
+        CONTINUE WHEN hi > cutoff;
         EXECUTE format('LOCK TABLE ONLY %I IN ACCESS EXCLUSIVE MODE', 'conveyor_jobs_' || st);
         EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', part);
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I j WHERE j.chain IS NOT NULL '
@@ -178,6 +182,25 @@ END
 $$;
 
 SELECT conveyor_jobs_add_days(2);
+-- The jobs finished before today go to one partition per state of their own
+-- (conveyor_jobs_<state>_before_YYYYMMDD), dropped whole once all of it is past
+-- retention, row by row until then. Not to the catch-all: PostgreSQL scans a
+-- default partition for rows of every day made later, under a lock that holds
+-- back that state's outcomes, so the catch-all must stay small.
+DO $$
+DECLARE
+    s text;
+    today timestamptz := (now() AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC';
+    part text;
+BEGIN
+    FOREACH s IN ARRAY ARRAY['succeeded', 'failed', 'cancelled'] LOOP
+        part := format('conveyor_jobs_%s_before_%s', s, to_char(today AT TIME ZONE 'UTC', 'YYYYMMDD'));
+        EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (MINVALUE) TO (%L)',
+                       part, 'conveyor_jobs_' || s, today);
+        PERFORM conveyor_jobs_index_part(part);
+    END LOOP;
+END
+$$;
 
 INSERT INTO conveyor_jobs SELECT * FROM conveyor_jobs_v16;
 DROP TABLE conveyor_jobs_v16;
