@@ -24,6 +24,8 @@ PG_ONLY = {
     "job_rescue",
     "worker_heartbeat",
     "migration_lock",  # advisory lock; SQLite migrators serialise on the write lock
+    "job_add_days",  # the partitions of finished jobs (schema v17)
+    "job_drop_days",
     "limits_lock",  # advisory locks (the queue's, then the keys'); SQLite serialises
     # its claims under BEGIN IMMEDIATE
     "queue_running",  # the room left under a queue limit, counted under its lock

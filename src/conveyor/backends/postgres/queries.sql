@@ -211,7 +211,8 @@ SET state = 'running',
     changed = {CHANGE}
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
-  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
+  -- not finished: prunes the finished partitions (see "Live" at the top)
+  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
@@ -288,7 +289,8 @@ WITH i AS (
     -- "state = 'running'": that matches the partial lease index, and a generic
     -- plan after an ANALYZE that saw no running jobs then nested-loops over them.
     WHERE j.id = i.id AND j.lease_token = i.token AND j.id = ANY(%(id)b::bigint[])  -- (see "By id" at the top)
-      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
+      -- not finished: prunes the finished partitions (see "Live" at the top)
+      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
     RETURNING j.id, j.queue, j.state, j.attempt, j.started_at, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), woken AS (
@@ -335,7 +337,8 @@ WITH released AS (
     FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
     WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
       AND j.id = ANY(%(id)b::bigint[])  -- (see "By id" at the top)
-      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
+      -- not finished: prunes the finished partitions (see "Live" at the top)
+      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
     RETURNING j.id, j.queue, j.attempt + 1 AS ran, j.stage, j.started_at
 ), logged AS (
     INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
@@ -408,7 +411,8 @@ WITH t AS (
         changed = {CHANGE}
     FROM expired e, t
     WHERE j.id = e.id AND j.id = ANY(ARRAY(SELECT id FROM expired))  -- (see "By id" at the top)
-      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
+      -- not finished: prunes the finished partitions (see "Live" at the top)
+      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
     RETURNING j.id, j.state, j.attempt, j.stage, j.queue, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), logged AS (
@@ -440,7 +444,8 @@ WITH due AS (
 )
 UPDATE conveyor_jobs j SET state = 'available', changed = {CHANGE}
 WHERE j.id = ANY(ARRAY(SELECT id FROM due))  -- (see "By id" at the top)
-  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
+  -- not finished: prunes the finished partitions (see "Live" at the top)
+  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
 RETURNING j.queue
 
 -- name: schema_version_table
@@ -518,7 +523,8 @@ WITH t AS (
 UPDATE conveyor_jobs j SET base_priority = due.base, priority = due.target
 FROM due
 WHERE j.id = due.id AND j.id = ANY(ARRAY(SELECT id FROM due))  -- (see "By id" at the top)
-  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
+  -- not finished: prunes the finished partitions (see "Live" at the top)
+  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
 RETURNING j.id
 
 -- name: queue_mark_keyed
@@ -601,14 +607,16 @@ WITH t AS (
           AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM cand
                                           WHERE concurrency_key IS NOT NULL))
         GROUP BY concurrency_key) x
-), bucket AS MATERIALIZED (  -- tokens per rate key, {key: tokens}, likewise
+    -- (bucket: tokens per rate key, {key: tokens}, likewise)
+), bucket AS MATERIALIZED (
     SELECT coalesce(jsonb_object_agg(k.rate_key, least(k.burst, coalesce(
                b.tokens + extract(epoch FROM t.now - b.updated_at) * k.rate, k.burst))),
                '{}') AS tokens
     FROM (SELECT rate_key, max(rate_per_s) AS rate, max(rate_burst) AS burst FROM cand
           WHERE rate_key IS NOT NULL GROUP BY rate_key) k
     LEFT JOIN conveyor_rate_limits b ON b.key = k.rate_key, t
-), queue_tokens AS (  -- the queue's own rate limit, if it has one
+    -- (queue_tokens: the queue's own rate limit, if it has one)
+), queue_tokens AS (
     SELECT floor(least(%(queue_burst)s::float8, coalesce(
                b.tokens + extract(epoch FROM t.now - b.updated_at) * %(queue_rate)s::float8,
                %(queue_burst)s::float8)))::bigint AS n
@@ -628,7 +636,8 @@ WITH t AS (
     WHERE (r.concurrency_key IS NULL
            OR r.rn + coalesce((b.n ->> r.concurrency_key)::bigint, 0) <= r.concurrency_limit)
       AND (r.rate_key IS NULL OR r.rate_rn <= floor((k.tokens ->> r.rate_key)::float8))
-      AND (r.spread_group IS NULL OR r.spread_rn = 1)  -- one per group per claim
+      -- one per group per claim
+      AND (r.spread_group IS NULL OR r.spread_rn = 1)
     ORDER BY r.priority DESC, r.scheduled_at, r.id
     LIMIT (SELECT n FROM room)
 )
@@ -643,7 +652,8 @@ SET state = 'running',
     changed = {CHANGE}
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
-  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')  -- (see "Live" at the top)
+  -- not finished: prunes the finished partitions (see "Live" at the top)
+  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
@@ -741,13 +751,3 @@ SELECT conveyor_jobs_drop_days(
     %(state)s::text,
     coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than_s)s::float8)
 ) AS n
-
--- name: job_find_by_keys
--- As the shared query, in two parts: unique keys name unfinished jobs only, and
--- so does their index (on the live partition, schema v17); the OR of the shared
--- query would have each finished day scanned for them.
-SELECT id, unique_key, idempotency_key FROM conveyor_jobs
-WHERE idempotency_key = ANY(%(idempotency_keys)s::text[])
-UNION
-SELECT id, unique_key, idempotency_key FROM conveyor_jobs
-WHERE unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('scheduled', 'available', 'running')

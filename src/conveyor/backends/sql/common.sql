@@ -15,10 +15,14 @@ SELECT * FROM conveyor_jobs WHERE id = :id
 
 -- name: job_find_by_keys
 -- Existing jobs behind keys that conflicted: idempotency keys forever, unique keys
--- only while unfinished (the same predicate as the partial unique index).
+-- only while unfinished (the same predicate as the partial unique index). Two
+-- parts and not an OR: on PostgreSQL the unique keys' index is on the live
+-- partition only (schema v17), and an OR had every finished day scanned for them.
 SELECT id, unique_key, idempotency_key FROM conveyor_jobs
 WHERE idempotency_key {IN(:idempotency_keys)}
-   OR (unique_key {IN(:unique_keys)} AND state IN ('scheduled', 'available', 'running'))
+UNION
+SELECT id, unique_key, idempotency_key FROM conveyor_jobs
+WHERE unique_key {IN(:unique_keys)} AND state IN ('scheduled', 'available', 'running')
 
 -- name: job_list
 -- Keyset pagination: the previous page's last id is the cursor (filter_before_id),
