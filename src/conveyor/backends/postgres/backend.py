@@ -627,6 +627,7 @@ class PostgresBackend(SqlBackend):
             except _MOVED as exc:
                 if tried == MOVED_TRIES:
                     raise _connect_error(self.url, exc) from exc
+                log.debug("run again (try %d): %s", tried + 1, str(exc).splitlines()[0])
                 time.sleep(random.uniform(0, 0.0005 * 2**tried))
         raise AssertionError("unreachable")
 
