@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -74,6 +76,31 @@ def raw_connection(backend):
 
         return _MySQLConnection(**parse_url(backend.url))
     return sqlite3.connect(backend.path)
+
+
+@contextmanager
+def backend_at_schema(db_url: str, monkeypatch, version: int) -> Iterator[tuple[object, Callable]]:
+    """A backend of ``db_url`` migrated only up to ``version``, and ``upgrade(to)``,
+    which runs the migrations after it up to ``to`` (all of them when None) and
+    returns the versions it applied: an upgrade over data the old schema wrote."""
+    from conveyor.backends import open_backend
+
+    first = open_backend(db_url)
+    cls = type(first)
+    first.close()
+    every = cls.MIGRATIONS
+    monkeypatch.setattr(cls, "MIGRATIONS", every[:version])
+    old = open_backend(db_url)
+
+    def upgrade(to: int | None = None) -> list[int]:
+        monkeypatch.setattr(cls, "MIGRATIONS", every if to is None else every[:to])
+        return old.migrate()
+
+    try:
+        old.migrate()
+        yield old, upgrade
+    finally:
+        old.close()
 
 
 CALLBACK = json.dumps(ins(task="summarise", queue="callbacks")._asdict())

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from conveyor.records import JobFilter
 
-from .helpers import done, fetch, ins, later
+from .helpers import backend_at_schema, done, fetch, ins, later
 
 
 def counts(backend):
@@ -150,24 +150,12 @@ def test_batch_progress_follows_every_change_exactly(backend):
 
 def test_batch_counts_start_from_the_jobs_when_the_schema_is_upgraded(db_url, monkeypatch):
     """Migration 16 takes the counts of batches that already exist."""
-    from conveyor.backends import open_backend
-
-    first = open_backend(db_url)
-    cls = type(first)
-    first.close()
-    every = cls.MIGRATIONS
-    monkeypatch.setattr(cls, "MIGRATIONS", every[:15])
-    old = open_backend(db_url)
-    try:
-        old.migrate()
+    with backend_at_schema(db_url, monkeypatch, 15) as (old, upgrade):
         assert old.schema_version() == 15
         b = new_batch(old, 5)
         [j1, j2] = fetch(old, n=2)
         old.job_finalize_many(worker_id="w1", outcomes=[done(j1)])
-        monkeypatch.setattr(cls, "MIGRATIONS", every[:16])
-        assert old.migrate() == [16]
+        assert upgrade(16) == [16]
         assert old.batch_progress(batch_id=b) == {"available": 3, "running": 1, "succeeded": 1}
         old.job_finalize_many(worker_id="w1", outcomes=[done(j2, state="failed")])
         assert old.batch_progress(batch_id=b) == batch_truth(old, b)
-    finally:
-        old.close()

@@ -14,7 +14,7 @@ import pytest
 
 from conveyor.records import JobFilter
 
-from .helpers import done, fetch, ins
+from .helpers import backend_at_schema, done, fetch, ins
 
 
 @pytest.fixture
@@ -61,16 +61,7 @@ def test_an_outcome_moves_its_job_out_of_the_live_partition(pg):
 def test_the_migration_from_v16_keeps_every_job(db_url, monkeypatch):
     if not db_url.startswith("postgres"):
         pytest.skip("the job table is partitioned on PostgreSQL only")
-    from conveyor.backends import open_backend
-
-    first = open_backend(db_url)
-    cls = type(first)
-    first.close()
-    every = cls.MIGRATIONS
-    monkeypatch.setattr(cls, "MIGRATIONS", every[:16])
-    old = open_backend(db_url)
-    try:
-        old.migrate()
+    with backend_at_schema(db_url, monkeypatch, 16) as (old, upgrade):
         sent = old.job_insert_many(
             jobs=[ins(args=[i], idempotency_key=f"k{i}") for i in range(6)]
             + [ins(args=["later"], delay_s=3600), ins(args=["u"], unique_key="u1")]
@@ -87,8 +78,7 @@ def test_the_migration_from_v16_keeps_every_job(db_url, monkeypatch):
             )
         before = {r.id: r for r in (old.job_get(job_id=s.id) for s in sent) if r}
         counts = _counts(old)
-        monkeypatch.setattr(cls, "MIGRATIONS", every)
-        assert old.migrate() == [17]
+        assert upgrade() == [17]
         after = {s.id: old.job_get(job_id=s.id) for s in sent}
         assert after == before  # every job, every field, the same ids
         assert _counts(old) == counts
@@ -102,8 +92,6 @@ def test_the_migration_from_v16_keeps_every_job(db_url, monkeypatch):
         assert new.id > max(s.id for s in sent)
         [dup] = old.job_insert_many(jobs=[ins(args=["u"], unique_key="u1")])
         assert dup.created is False
-    finally:
-        old.close()
 
 
 def test_an_idempotency_key_held_by_a_finished_job_is_refused(pg):

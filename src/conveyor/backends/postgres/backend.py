@@ -78,6 +78,9 @@ DIALECT = Dialect(
         "CHANGED_AFTER": lambda a: f"({a[0]}, {a[1]}) > ({a[2]}::text::xid8, {a[3]})",
         "CHANGE_HORIZON": lambda a: f"{a[0]} < pg_snapshot_xmin(pg_current_snapshot())",
         "CHANGE_TEXT": lambda a: f"{a[0]}::text",
+        # Not finished: the live partition, by a constant the planner prunes the
+        # finished ones by (schema v17; "Live" at the top of queries.sql).
+        "UNFINISHED": lambda a: f"{a[0]}.state NOT IN ('succeeded', 'failed', 'cancelled')",
     },
 )
 Q = load_queries(__package__ or "conveyor.backends.postgres", DIALECT)
@@ -215,6 +218,19 @@ def _connect_error(url: str, exc: Exception) -> DatabaseUnavailable:
         f"cannot connect to PostgreSQL at {redact(url)}: {first}. "
         "Check that the server is running and the URL (host, port, user, database) is right."
     )
+
+
+@contextmanager
+def _translated(url: str) -> Iterator[None]:
+    """psycopg's errors of the connection or the server as DatabaseUnavailable,
+    but a transaction the server rolled back for a row moved under it or a
+    deadlock (_MOVED): that one goes up as it is, for _again to run it again."""
+    try:
+        yield
+    except _MOVED:
+        raise
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise _connect_error(url, exc) from exc
 
 
 def redact(url: str) -> str:
@@ -535,13 +551,8 @@ class PostgresBackend(SqlBackend):
             with conn.cursor(row_factory=dict_row) as cur:
                 yield cur
             return
-        try:
-            with self.pool.connection() as c, c.transaction(), c.cursor() as cur:
-                yield cur
-        except _MOVED:
-            raise  # retried whole by _again, outside
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise _connect_error(self.url, exc) from exc
+        with _translated(self.url), self.pool.connection() as c, c.transaction(), c.cursor() as cur:
+            yield cur
 
     @contextmanager
     def _pipelined_tx(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -550,38 +561,27 @@ class PostgresBackend(SqlBackend):
         after them; the last writes with COMMIT), one round trip each time the
         caller reads. The server still runs them one after another, each with the
         snapshot of its own start."""
-        try:
-            with (
-                self.pool.connection() as c,
-                c.pipeline(),
-                c.transaction(),
-                c.cursor() as cur,
-            ):
-                yield cur
-        except _MOVED:
-            raise  # retried whole by _again, outside
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise _connect_error(self.url, exc) from exc
+        with (
+            _translated(self.url),
+            self.pool.connection() as c,
+            c.pipeline(),
+            c.transaction(),
+            c.cursor() as cur,
+        ):
+            yield cur
 
     @contextmanager
     def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
         """REPEATABLE READ: every statement of the transaction sees its first
         snapshot (in READ COMMITTED each would take its own), the horizon of
         in-flight transactions included."""
-        try:
-            with self.pool.connection() as c, c.transaction():
-                c.execute(
-                    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False
-                )
+        with _translated(self.url), self.pool.connection() as c, c.transaction():
+            c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
 
-                def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
-                    return _result_rows(c.execute(sql or Q[name], self._params(params)))
+            def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
+                return _result_rows(c.execute(sql or Q[name], self._params(params)))
 
-                yield read
-        except _MOVED:
-            raise  # retried whole by _again, outside
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise _connect_error(self.url, exc) from exc
+            yield read
 
     def _fetch(self, cur: Any, name: str, params: dict[str, Any]) -> list[Any]:
         """Run a statement that returns rows and read them, in pipeline mode too
@@ -594,22 +594,12 @@ class PostgresBackend(SqlBackend):
 
     def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
         """One statement in autocommit: a single round trip, no BEGIN/COMMIT."""
-        try:
-            with self.pool.connection() as c:
-                return _result_rows(c.execute(sql or Q[name], self._params(params)))
-        except _MOVED:
-            raise  # retried whole by _again, outside
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise _connect_error(self.url, exc) from exc
+        with _translated(self.url), self.pool.connection() as c:
+            return _result_rows(c.execute(sql or Q[name], self._params(params)))
 
     def _count(self, name: str, params: dict[str, Any]) -> int:
-        try:
-            with self.pool.connection() as c:
-                return c.execute(Q[name], self._params(params)).rowcount
-        except _MOVED:
-            raise  # retried whole by _again, outside
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise _connect_error(self.url, exc) from exc
+        with _translated(self.url), self.pool.connection() as c:
+            return c.execute(Q[name], self._params(params)).rowcount
 
     def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         return super()._q(cur, name, self._params(params or {}))

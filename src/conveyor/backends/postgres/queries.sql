@@ -13,8 +13,9 @@
 -- 119 ms instead of 7.6 ms; quadratic in the backlog). tests/backend/test_plans.py.
 --
 -- Live: the job table is partitioned by state (schema v17). A statement that
--- changes jobs still running or waiting says they are not finished, a constant
--- the planner prunes the finished partitions by: otherwise it would be planned and
+-- changes jobs still running or waiting says they are not finished (the macro UNFINISHED:
+-- j.state NOT IN the finished states), a constant the planner prunes the finished
+-- partitions by: otherwise it would be planned and
 -- run over every day of finished jobs too (an index probe per partition and id).
 -- NOT IN and not IN ('scheduled', 'available', 'running'): without statistics (a
 -- live partition analyzed while empty) the planner takes an IN list to keep 1.5%
@@ -211,8 +212,8 @@ SET state = 'running',
     changed = {CHANGE}
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
-  -- not finished: prunes the finished partitions (see "Live" at the top)
-  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
+  -- (see "Live" at the top)
+  AND {UNFINISHED(j)}
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
@@ -289,8 +290,8 @@ WITH i AS (
     -- "state = 'running'": that matches the partial lease index, and a generic
     -- plan after an ANALYZE that saw no running jobs then nested-loops over them.
     WHERE j.id = i.id AND j.lease_token = i.token AND j.id = ANY(%(id)b::bigint[])  -- (see "By id" at the top)
-      -- not finished: prunes the finished partitions (see "Live" at the top)
-      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
+      -- (see "Live" at the top)
+      AND {UNFINISHED(j)}
     RETURNING j.id, j.queue, j.state, j.attempt, j.started_at, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), woken AS (
@@ -337,8 +338,8 @@ WITH released AS (
     FROM unnest(%(id)b::bigint[], %(token)b::text[]) AS l(id, token)
     WHERE j.id = l.id AND j.lease_token = l.token  -- the token fences (see job_finalize_many)
       AND j.id = ANY(%(id)b::bigint[])  -- (see "By id" at the top)
-      -- not finished: prunes the finished partitions (see "Live" at the top)
-      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
+      -- (see "Live" at the top)
+      AND {UNFINISHED(j)}
     RETURNING j.id, j.queue, j.attempt + 1 AS ran, j.stage, j.started_at
 ), logged AS (
     INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
@@ -411,8 +412,8 @@ WITH t AS (
         changed = {CHANGE}
     FROM expired e, t
     WHERE j.id = e.id AND j.id = ANY(ARRAY(SELECT id FROM expired))  -- (see "By id" at the top)
-      -- not finished: prunes the finished partitions (see "Live" at the top)
-      AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
+      -- (see "Live" at the top)
+      AND {UNFINISHED(j)}
     RETURNING j.id, j.state, j.attempt, j.stage, j.queue, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), logged AS (
@@ -444,8 +445,8 @@ WITH due AS (
 )
 UPDATE conveyor_jobs j SET state = 'available', changed = {CHANGE}
 WHERE j.id = ANY(ARRAY(SELECT id FROM due))  -- (see "By id" at the top)
-  -- not finished: prunes the finished partitions (see "Live" at the top)
-  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
+  -- (see "Live" at the top)
+  AND {UNFINISHED(j)}
 RETURNING j.queue
 
 -- name: schema_version_table
@@ -523,8 +524,8 @@ WITH t AS (
 UPDATE conveyor_jobs j SET base_priority = due.base, priority = due.target
 FROM due
 WHERE j.id = due.id AND j.id = ANY(ARRAY(SELECT id FROM due))  -- (see "By id" at the top)
-  -- not finished: prunes the finished partitions (see "Live" at the top)
-  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
+  -- (see "Live" at the top)
+  AND {UNFINISHED(j)}
 RETURNING j.id
 
 -- name: queue_mark_keyed
@@ -652,8 +653,8 @@ SET state = 'running',
     changed = {CHANGE}
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
-  -- not finished: prunes the finished partitions (see "Live" at the top)
-  AND j.state NOT IN ('succeeded', 'failed', 'cancelled')
+  -- (see "Live" at the top)
+  AND {UNFINISHED(j)}
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
           j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
           j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
