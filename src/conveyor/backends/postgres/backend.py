@@ -407,9 +407,10 @@ class _CopyRows:
 class PostgresNotifier(Notifier):
     """LISTEN on a dedicated connection; payloads are hints (queue names, ...).
 
-    When the connection breaks (a server restart, a cut network) it reconnects
-    with the full URL, password included, backing off with jitter up to 10 s,
-    and logs the outage once and the recovery once. Meanwhile workers poll."""
+    When the connection breaks (a server restart, a cut network), or cannot be
+    made at all when the notifier is made, it reconnects with the full URL,
+    password included, backing off with jitter up to 10 s, and logs the outage
+    once and the recovery once. Meanwhile workers poll."""
 
     def __init__(self, url: str, *channels: str) -> None:
         self._url = url
@@ -419,10 +420,14 @@ class PostgresNotifier(Notifier):
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._backoff = 0.1
+        self._conn: psycopg.Connection[Any] | None = None
         try:
-            self._conn: psycopg.Connection[Any] | None = self._connect()
+            self._conn = self._connect()
         except psycopg.OperationalError as exc:
-            raise _connect_error(url, exc) from exc
+            # The server went away between the backend's first connection (which
+            # reported a wrong URL or password) and this one, say a restart while
+            # a worker starts: poll until it is back, as after any lost connection.
+            self._lost(exc)
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(
