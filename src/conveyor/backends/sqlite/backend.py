@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,6 +78,8 @@ DIALECT = Dialect(
 Q = load_queries(__package__ or "conveyor.backends.sqlite", DIALECT)
 MIGRATIONS = load_migrations(__package__ or "conveyor.backends.sqlite")
 _SYNC_MODES = {"off", "normal", "full", "extra"}
+#: the modes whose every commit waits for the disk (a claim's does not, see _tx)
+_SYNCED = {"FULL", "EXTRA"}
 # The write turn of each database file among this process's threads (see _tx),
 # by (process id, path): a forked child never shares a turn a parent's thread holds.
 _WRITERS: dict[tuple[int, str], threading.RLock] = {}
@@ -103,12 +105,24 @@ def _dict_row(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
 
 class SQLiteNotifier(Notifier):
     """SQLite has no LISTEN: watch ``PRAGMA data_version``, which moves whenever
-    another connection commits. Costs one trivial read per ``interval``."""
+    another connection commits. One trivial read per poll: every ``interval``
+    (2 ms) while the file changes, every ``idle_interval`` (10 ms) once it has not
+    changed for ``idle_after`` seconds, so an idle worker wakes 100 times a second
+    and a busy one notices new work within about a millisecond."""
 
-    def __init__(self, backend: SQLiteBackend, interval: float = 0.01) -> None:
+    def __init__(
+        self,
+        backend: SQLiteBackend,
+        interval: float = 0.002,
+        idle_interval: float = 0.01,
+        idle_after: float = 5.0,
+    ) -> None:
         self._conn = backend._new_connection()
         self._interval = interval
+        self._idle_interval = idle_interval
+        self._idle_after = idle_after
         self._last = self._version()
+        self._changed_at = time.monotonic()
         self._closed = False
         self._lock = threading.Lock()
 
@@ -122,13 +136,16 @@ class SQLiteNotifier(Notifier):
                 if self._closed:
                     break
                 version = self._version()
+            now = time.monotonic()
             if version != self._last:
                 self._last = version
+                self._changed_at = now
                 return {"*"}
-            remaining = deadline - time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 break
-            time.sleep(min(self._interval, remaining))
+            idle = now - self._changed_at > self._idle_after
+            time.sleep(min(self._idle_interval if idle else self._interval, remaining))
         return set()
 
     def close(self) -> None:
@@ -230,11 +247,19 @@ class SQLiteBackend(SqlBackend):
         return exc
 
     @contextmanager
-    def _tx(self, conn: Any = None) -> Iterator[sqlite3.Cursor]:
+    def _tx(self, conn: Any = None, *, durable: bool = True) -> Iterator[sqlite3.Cursor]:
         """A cursor in a transaction: the caller's (``conn``) or an IMMEDIATE one of ours.
 
         IMMEDIATE takes the write lock up front, so two claimers never both read
         the same rows and then race to upgrade (SQLite's answer to SKIP LOCKED).
+
+        ``durable=False`` (a claim): under synchronous FULL or EXTRA, our own
+        transaction commits as under NORMAL, without waiting for the WAL to reach
+        the disk, as a PostgreSQL claim commits with synchronous_commit off. A
+        power loss (not a process crash) can undo it: the job is waiting again
+        with its attempt not counted. Any later durable commit on the file syncs
+        the WAL, earlier frames included. The setting is put back before the
+        write turn is released, whatever happens in the transaction.
         """
         if conn is not None:
             self._check_caller_conn(conn)
@@ -254,7 +279,10 @@ class SQLiteBackend(SqlBackend):
         writer = self._writer()
         if not writer.acquire(timeout=self.busy_timeout_s):
             raise self._busy(sqlite3.OperationalError("database is locked"))
+        relaxed = not durable and self.synchronous in _SYNCED
         try:
+            if relaxed:
+                own.execute("PRAGMA synchronous=NORMAL")
             cur = own.cursor()
             cur.row_factory = _dict_row
             try:
@@ -272,7 +300,22 @@ class SQLiteBackend(SqlBackend):
             cur.close()  # a RETURNING statement not read to its end would block COMMIT
             own.execute("COMMIT")
         finally:
-            writer.release()
+            try:
+                if relaxed:
+                    self._resync(own)
+            finally:
+                writer.release()
+
+    def _resync(self, conn: sqlite3.Connection) -> None:
+        """Back to the configured synchronous after a claim. A connection that could
+        not be put back is dropped, never left to commit outcomes unsynced."""
+        try:
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        except sqlite3.Error:
+            self._local.conn = None
+            with suppress(sqlite3.Error):
+                conn.close()
+            raise
 
     def _writer(self) -> threading.RLock:
         """This process's write turn for the file: one per file, whichever app
@@ -404,7 +447,7 @@ class SQLiteBackend(SqlBackend):
         # decoding its rows under it kept the completer's writes waiting).
         claims: list[list[dict[str, Any]]] = []
         taken = 0
-        with self._tx() as cur:
+        with self._tx(durable=False) as cur:
             limits = queue_limits(self._q(cur, "queue_limits", {"queues": self._list(queues)}))
             for queue in queues:
                 if taken >= limit:
