@@ -15,6 +15,9 @@ from .service import ThreadService
 
 log = logging.getLogger("conveyor.flow")
 
+#: the shortest time between two passes of the aggregator, however often woken
+FLOW_MIN_GAP_S = 0.01
+
 
 class FlowService(ThreadService):
     name = "flow"
@@ -26,7 +29,10 @@ class FlowService(ThreadService):
         is_leader: Callable[[], bool] = lambda: True,
         interval: float = 1.0,
     ) -> None:
-        super().__init__(interval)
+        # Woken by every finished batch or chain job (PostgreSQL) or every commit
+        # (SQLite's polled hints), a pass at most every 10 ms: during a drain the
+        # hints come faster than that, and each pass is two queries.
+        super().__init__(interval, min_gap=FLOW_MIN_GAP_S)
         self.backend = backend
         self.is_leader = is_leader
 

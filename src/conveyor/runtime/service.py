@@ -54,8 +54,10 @@ class ThreadService:
 
     name = "service"
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, *, min_gap: float = 0.0) -> None:
         self.interval = interval
+        #: the shortest time between two passes, however often the service is woken
+        self.min_gap = min_gap
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,6 +102,8 @@ class ThreadService:
         while not self._stopping.is_set():
             self._wake.clear()
             self.run_once()
+            if self.min_gap > 0 and self._stopping.wait(self.min_gap):
+                break
             self._wake.wait(self.next_wait())
 
     def run_once(self) -> bool:

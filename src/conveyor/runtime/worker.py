@@ -377,7 +377,7 @@ class Worker:
             Listener(
                 lambda: self.backend.notifier(),
                 cfg.queues,
-                on_work=lambda: self._threadsafe(self._wake.set),
+                on_work=self._hinted,
                 on_flow=(lambda: flow.wake()) if flow is not None else (lambda: None),
                 on_cancel=self.heartbeat.wake,
             )
@@ -392,6 +392,12 @@ class Worker:
                 list(self.config.queues),
                 sorted({t.defaults.queue for t in tasks}),
             )
+
+    def _hinted(self) -> None:
+        """New work (from the listener's thread): wake the claim loop, unless a
+        wake-up is already pending (read without the loop: at worst one extra)."""
+        if not self._wake.is_set():
+            self._threadsafe(self._wake.set)
 
     def _threadsafe(self, fn: Callable[[], Any]) -> None:
         loop = self._loop
