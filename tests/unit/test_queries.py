@@ -32,6 +32,7 @@ PG_ONLY = {
     "notify",
     "notify_events",
     "tables_to_tidy",  # VACUUM, ANALYZE: SQLite reuses freed pages, InnoDB purges
+    "table_planned_empty",
 }
 SQLITE_ONLY = {
     "job_finalize_one",

@@ -648,7 +648,12 @@ class PostgresBackend(SqlBackend):
         a lot since their statistics were taken (autovacuum off, or behind a
         queue's churn or a bulk load). SKIP_LOCKED: a table autovacuum is on now
         is skipped, and nothing waits. A role that does not own a table gets a
-        warning from the server and changes nothing."""
+        warning from the server and changes nothing.
+
+        A table the ANALYZE found empty while its pages are still on disk (the
+        live jobs' partition, drained) is vacuumed as well, which hands the empty
+        pages back: left so, it is planned as holding 1 row whatever fills it
+        next (see tables_to_tidy)."""
         rows = self._rows("tables_to_tidy", {"min_dead": min_dead, "dead_fraction": dead_fraction})
         done = []
         for r in rows:
@@ -658,23 +663,28 @@ class PostgresBackend(SqlBackend):
                 )
             else:
                 command = "ANALYZE (SKIP_LOCKED)"
-            statement = psycopg.sql.SQL(command + " {}").format(psycopg.sql.Identifier(r["name"]))
-            began = time.monotonic()
-            try:
-                with self.pool.connection() as c:
-                    c.execute(statement, prepare=False)
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                raise _connect_error(self.url, exc) from exc
-            log.info(
-                "%s %s (%d dead rows, %d changed since its last ANALYZE) in %.2fs",
-                command.split(" ")[0].lower(),
-                r["name"],
-                r["dead"],
-                r["changed"],
-                time.monotonic() - began,
-            )
+            self._maintain(command, r["name"], r["dead"], r["changed"])
+            if not r["vacuum"] and self._rows("table_planned_empty", {"name": r["name"]}):
+                self._maintain("VACUUM (SKIP_LOCKED)", r["name"], r["dead"], r["changed"])
             done.append(r["name"])
         return done
+
+    def _maintain(self, command: str, table: str, dead: int, changed: int) -> None:
+        statement = psycopg.sql.SQL(command + " {}").format(psycopg.sql.Identifier(table))
+        began = time.monotonic()
+        try:
+            with self.pool.connection() as c:
+                c.execute(statement, prepare=False)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise _connect_error(self.url, exc) from exc
+        log.info(
+            "%s %s (%d dead rows, %d changed since its last ANALYZE) in %.2fs",
+            command.split(" ")[0].lower(),
+            table,
+            dead,
+            changed,
+            time.monotonic() - began,
+        )
 
     def _limits_changed(self) -> None:
         self._limits_cache.clear()
