@@ -653,7 +653,7 @@ class PostgresBackend(SqlBackend):
         A table the ANALYZE found empty while its pages are still on disk (the
         live jobs' partition, drained) is vacuumed as well, which hands the empty
         pages back: left so, it is planned as holding 1 row whatever fills it
-        next (see tables_to_tidy)."""
+        next (see table_planned_empty)."""
         rows = self._rows("tables_to_tidy", {"min_dead": min_dead, "dead_fraction": dead_fraction})
         done = []
         for r in rows:

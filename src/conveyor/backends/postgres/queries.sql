@@ -697,18 +697,11 @@ FOR UPDATE OF j SKIP LOCKED
 -- VACUUM). Rows changed since the last ANALYZE: a table bulk-loaded with a
 -- million jobs and never analyzed is planned as if it held a handful, and the
 -- claim sorted every waiting job of its queue (687 ms a claim, 160 jobs/s). The
--- same thresholds for both; the statistics are estimates, and enough. A table
--- to analyze that holds no rows (the live jobs' partition, drained) is vacuumed
--- too, which hands its empty pages back: analyzed empty with its pages still on
--- disk, it is planned as holding 1 row whatever fills it next, and an outcome
--- batch of 100 is compared with every other outcome (each one's write 2x slower
--- until the next ANALYZE: 3,800 jobs/s drained instead of 6,500).
+-- same thresholds for both; the statistics are estimates, and enough.
 SELECT name, dead, changed,
-       dead >= least_rows OR (live = 0 AND changed >= least_rows) AS vacuum,
-       changed >= least_rows AS analyze
+       dead >= least_rows AS vacuum, changed >= least_rows AS analyze
 FROM (
     SELECT s.relname AS name, s.n_dead_tup AS dead, s.n_mod_since_analyze AS changed,
-           s.n_live_tup AS live,
            greatest(%(min_dead)s::bigint, %(dead_fraction)s::float8 * s.n_live_tup) AS least_rows
     FROM pg_stat_user_tables s
     JOIN pg_class c ON c.oid = s.relid
@@ -718,8 +711,11 @@ WHERE dead >= least_rows OR changed >= least_rows
 ORDER BY greatest(dead, changed) DESC
 
 -- name: table_planned_empty
--- A table whose statistics say no rows while it still has pages: the planner then
--- expects 1 row from it, however many it holds (see tables_to_tidy).
+-- A table whose statistics say no rows while it still has pages (the live jobs'
+-- partition, analyzed while drained): the planner then expects 1 row from it
+-- whatever fills it next, and an outcome batch of 100 is compared with every
+-- other outcome (each one's write 2x slower until the next ANALYZE: 3,800 jobs/s
+-- drained instead of 6,500). tidy() vacuums it, which hands the pages back.
 SELECT 1 AS empty FROM pg_class
 WHERE oid = to_regclass(quote_ident(%(name)s)) AND reltuples = 0 AND relpages > 0
 
