@@ -2,6 +2,9 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# test processes (pytest-xdist): the suite mostly waits on servers, subprocesses and
+# browsers, so two processes on two cores take about 60% of the serial time
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo test bench lint types check clean
@@ -26,7 +29,7 @@ test: install ## run the whole suite on SQLite, PostgreSQL and MariaDB (finds or
 	echo "PostgreSQL for tests: $$url"; \
 	myurl=$$(PYTHON=$(PY) bash scripts/ensure-mysql.sh) || exit 1; \
 	echo "MySQL for tests: $$myurl"; \
-	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl $(PY) -m pytest $(PYTEST_ARGS)
+	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 bench: install ## benchmarks: Conveyor (SQLite, PostgreSQL; MariaDB in `conveyor bench`) beside PgQueuer
 	bash bench/run.sh

@@ -15,6 +15,11 @@ import pytest
 
 from conveyor import Conveyor
 
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("COLUMNS") == "80":
+    # pytest-xdist's workers set COLUMNS=80 for themselves; the CLI's tables would
+    # then be squeezed as they are in no serial run (piped output gets 160 columns)
+    del os.environ["COLUMNS"]
+
 PG_ENV = "CONVEYOR_TEST_POSTGRES_URL"
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -175,7 +175,10 @@ def test_limited_queues_claim_without_waiting_on_each_other(backend):
         ta = threading.Thread(target=lambda: claimed_a.extend(fetch(backend, queues=("a",))))
         ta.start()
         with raw_connection(backend) as probe:
-            waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            waiting = (  # this database's only: other test processes may be running
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
             for _ in range(600):
                 if probe.execute(waiting).fetchone()[0]:
                     break

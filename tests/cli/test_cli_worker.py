@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from conveyor import Conveyor, Job, JobState
+from tests.ports import free_port
 
 from .conftest import Invoke, StartWorker, conveyor_cmd, subprocess_env
 
@@ -125,12 +126,9 @@ def test_sigterm_exits_despite_a_stuck_thread(tmp_path: Path) -> None:
 def test_worker_metrics_and_json_logs(
     start_worker: StartWorker, producer: Conveyor, tmp_path: Path
 ) -> None:
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = start_worker("--queues", "default", "--metrics-port", str(port), "--log-format", "json")
     jobs = producer.tasks["add"].send_many([(i, i) for i in range(6)])
     bad = producer.tasks["always_fails"].send()

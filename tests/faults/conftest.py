@@ -17,13 +17,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.ports import free_port
+
 PASSWORD = "s3cret pw/with:odd@chars"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pg_bin() -> Path | None:
@@ -46,7 +42,7 @@ class Cluster:
         self.bin = bindir
         self.root = root
         self.data = root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         root.mkdir(parents=True, exist_ok=True)
         if os.getuid() == 0:
             shutil.chown(root, "postgres")
@@ -129,7 +125,7 @@ class Proxy:
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
-        self.port = _free_port()
+        self.port = free_port()
         self._socks: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._cut = False

@@ -5,7 +5,6 @@ HTTP with httpx."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,15 +15,10 @@ import httpx
 import pytest
 
 from conveyor import Conveyor
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.server.srvapp:app"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(check: Callable[[], object], *, timeout: float = 60, what: str = "condition"):

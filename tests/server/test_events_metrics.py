@@ -52,7 +52,9 @@ def test_a_client_follows_a_1000_job_batch_to_100_percent_and_closed(api, produc
     stream = events(api, f"/v1/batches/{bid}/events")
     first = next(stream)  # the stream is open (and the batch's progress so far) ...
     assert first["event"] == "batch.progress" and first["data"]["percent"] == 0
-    worker = background(finish_all, producer)  # ... before any job finishes
+    # ... before any job finishes; 100 jobs per 0.2 s, so that the stream shows
+    # progress between 0 and 100 % even when a loaded machine reads it late
+    worker = background(finish_all, producer, pause=0.2)
     seen = [first, *stream]  # the server ends the stream when the batch closes
     worker.join(60)
     kinds = [e["event"] for e in seen]
