@@ -10,7 +10,9 @@ import sys
 
 import httpx
 
-from .conftest import ROOT, free_port, wait_for
+from tests.ports import free_port
+
+from .conftest import ROOT, wait_for
 
 JSON = {"Content-Type": "application/json"}
 
