@@ -159,6 +159,19 @@ class WorkerConfig:
         return min(self.fetch_batch or self.slots, self.slots)
 
 
+class _Gate:
+    """One claim's permission to go ahead, shut by the loop when it stops awaiting
+    the claim (cancelled), read by the fetch thread before it claims."""
+
+    __slots__ = ("closed",)
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def shut(self) -> None:
+        self.closed = True
+
+
 @dataclass
 class Running:
     job: JobRecord
@@ -227,6 +240,11 @@ class Worker:
         self._stopping = False
         self._hard = False
         self._unknown: set[int] = set()
+        # New work: set by the listener's thread, outcomes and stop. A threading
+        # event, waited on by the fetch thread itself (_claim_when_woken), so a
+        # NOTIFY reaches the claim in one thread wake-up instead of two (listener
+        # -> event loop -> fetch thread: 0.33 ms of an idle worker's 3.2 ms).
+        self._wake = threading.Event()
 
     # -- public control -------------------------------------------------------------
     def run(self, *, install_signals: bool = True) -> WorkerStats:
@@ -262,7 +280,6 @@ class Worker:
             for name in ("fetch", "complete")
         }
         self.executor = self._make_executor()
-        self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._slot_need = 1
         self._hard_event = asyncio.Event()
@@ -394,10 +411,9 @@ class Worker:
             )
 
     def _hinted(self) -> None:
-        """New work (from the listener's thread): wake the claim loop, unless a
-        wake-up is already pending (read without the loop: at worst one extra)."""
-        if not self._wake.is_set():
-            self._threadsafe(self._wake.set)
+        """New work (from the listener's thread): wake the claim loop. The fetch
+        thread waits on this event itself, with no hop through the event loop."""
+        self._wake.set()
 
     def _threadsafe(self, fn: Callable[[], Any]) -> None:
         loop = self._loop
@@ -464,29 +480,29 @@ class Worker:
                 break
             if free <= 0:
                 continue
-            if not more:
-                await wait_event(self._wake, poll)
-                if self._stopping:
-                    break
-            self._wake.clear()
-            limit = min(self._free(), cfg.batch)
-            began = time.perf_counter()
+            limit = min(free, cfg.batch)
+            gate = _Gate()
             try:
-                jobs = await self._db(
+                claimed = await self._db(
                     "fetch",
-                    self.backend.job_claim,
+                    self._claim_when_woken,
+                    wait=None if more else poll,
+                    gate=gate,
                     queues=queues,
-                    worker_id=self.id,
                     limit=limit,
-                    tasks=self._tasks,
-                    tags=cfg.tags,
-                    schema_version=self._schema,
                 )
+            except asyncio.CancelledError:
+                gate.shut()  # the fetch thread must not claim for a loop that left
+                self._wake.set()
+                raise
             except Exception as exc:
                 log.error("could not claim jobs, retrying in 1s: %s", exc)
                 await asyncio.sleep(1.0)
                 continue
-            self._hook("on_claimed", jobs, time.perf_counter() - began)
+            if claimed is None:  # stopping, woken before the claim
+                break
+            jobs, took = claimed
+            self._hook("on_claimed", jobs, took)
             queues = queues[1:] + queues[:1]  # no queue always goes first
             more = len(jobs) == limit
             poll = 0.05 if jobs else min(poll * 2, cfg.poll_s)
@@ -496,6 +512,30 @@ class Worker:
             if cfg.burst and idle and not await self._anything_waiting():
                 log.info("worker %s: burst mode and nothing left it could run", self.id)
                 self._begin_stop(False)
+
+    def _claim_when_woken(
+        self, *, wait: float | None, gate: _Gate, queues: list[str], limit: int
+    ) -> tuple[list[JobRecord], float] | None:
+        """In the fetch thread: wait up to ``wait`` seconds for new work (None: claim
+        at once), then claim up to ``limit`` jobs; the jobs and the claim's duration.
+        None when the worker is stopping (or the loop stopped awaiting) first: no job
+        is claimed then. ``limit`` was counted before the wait; slots only free up
+        meanwhile, so it never over-claims."""
+        if wait is not None:
+            self._wake.wait(wait)
+        if self._stopping or gate.closed:
+            return None
+        self._wake.clear()  # a hint from now on is for the next claim
+        began = time.perf_counter()
+        jobs = self.backend.job_claim(
+            queues=queues,
+            worker_id=self.id,
+            limit=limit,
+            tasks=self._tasks,
+            tags=self.config.tags,
+            schema_version=self._schema,
+        )
+        return jobs, time.perf_counter() - began
 
     async def _anything_waiting(self) -> bool:
         """Burst mode: is a job this worker could run still waiting (a limit may be
