@@ -15,17 +15,29 @@ SCRATCH = Path(os.environ.get("PEERBENCH_SCRATCH", "/tmp/peerbench"))
 
 
 def commit() -> str:
-    """The Conveyor commit measured (``-dirty`` with uncommitted changes)."""
-    try:
+    """The Conveyor commit measured (``-dirty`` with uncommitted changes), not
+    counting bench/RESULTS.md, which `make bench` itself rewrites before its last
+    steps run."""
+
+    def git(*args: str) -> str:
         out = subprocess.run(
-            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            timeout=5,
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=5
         )
-        return out.stdout.strip() or "unknown"
+        return out.stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD") or "unknown"
+        changed = git(
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":(exclude)bench/RESULTS.md",
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return f"{head}-dirty" if changed else head
 
 
 def pct(values: list[float], p: float) -> float:
