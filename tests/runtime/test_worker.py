@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from conveyor import Permanent, current_job
-from conveyor.runtime.worker import Worker, _Gate
+from conveyor.runtime.worker import Worker
 
 from .helpers import Running, finished, wait_for
 
@@ -310,7 +310,9 @@ def test_a_hint_wakes_the_fetch_thread_and_it_claims_at_once(app):
     worker = _claimer(app)
     worker._hinted()  # as the listener thread does on NOTIFY (or a changed SQLite file)
     began = time.monotonic()
-    claimed = worker._claim_when_woken(wait=30, gate=_Gate(), queues=["default"], limit=10)
+    claimed = worker._claim_when_woken(
+        wait=30, left=threading.Event(), queues=["default"], limit=10
+    )
     assert claimed is not None and time.monotonic() - began < 10
     assert [j.id for j in claimed[0]] == [job.id]
     assert not worker._wake.is_set()  # the hint was for this claim; the next one waits
@@ -318,7 +320,7 @@ def test_a_hint_wakes_the_fetch_thread_and_it_claims_at_once(app):
 
 def test_a_fetch_thread_whose_loop_left_or_that_is_stopping_claims_nothing(app):
     """The fetch thread waits for work itself; woken after the claim loop was
-    cancelled (gate shut) or the worker began to stop, it must not claim: the jobs
+    cancelled (it set `left`) or the worker began to stop, it must not claim: the jobs
     would stay leased to a worker that never runs them."""
 
     @app.task
@@ -326,10 +328,13 @@ def test_a_fetch_thread_whose_loop_left_or_that_is_stopping_claims_nothing(app):
 
     job = noop.send()
     worker = _claimer(app)
-    gate = _Gate()
-    gate.shut()
+    left = threading.Event()
+    left.set()
     worker._hinted()
-    assert worker._claim_when_woken(wait=30, gate=gate, queues=["default"], limit=10) is None
+    assert worker._claim_when_woken(wait=30, left=left, queues=["default"], limit=10) is None
     worker._stopping = True
-    assert worker._claim_when_woken(wait=None, gate=_Gate(), queues=["default"], limit=10) is None
+    assert (
+        worker._claim_when_woken(wait=None, left=threading.Event(), queues=["default"], limit=10)
+        is None
+    )
     assert app.get_job(job.id).state == "available"

@@ -159,19 +159,6 @@ class WorkerConfig:
         return min(self.fetch_batch or self.slots, self.slots)
 
 
-class _Gate:
-    """One claim's permission to go ahead, shut by the loop when it stops awaiting
-    the claim (cancelled), read by the fetch thread before it claims."""
-
-    __slots__ = ("closed",)
-
-    def __init__(self) -> None:
-        self.closed = False
-
-    def shut(self) -> None:
-        self.closed = True
-
-
 @dataclass
 class Running:
     job: JobRecord
@@ -481,18 +468,18 @@ class Worker:
             if free <= 0:
                 continue
             limit = min(free, cfg.batch)
-            gate = _Gate()
+            left = threading.Event()  # set when this loop stops awaiting the claim
             try:
                 claimed = await self._db(
                     "fetch",
                     self._claim_when_woken,
                     wait=None if more else poll,
-                    gate=gate,
+                    left=left,
                     queues=queues,
                     limit=limit,
                 )
             except asyncio.CancelledError:
-                gate.shut()  # the fetch thread must not claim for a loop that left
+                left.set()  # the fetch thread must not claim for a loop that left
                 self._wake.set()
                 raise
             except Exception as exc:
@@ -514,7 +501,7 @@ class Worker:
                 self._begin_stop(False)
 
     def _claim_when_woken(
-        self, *, wait: float | None, gate: _Gate, queues: list[str], limit: int
+        self, *, wait: float | None, left: threading.Event, queues: list[str], limit: int
     ) -> tuple[list[JobRecord], float] | None:
         """In the fetch thread: wait up to ``wait`` seconds for new work (None: claim
         at once), then claim up to ``limit`` jobs; the jobs and the claim's duration.
@@ -523,7 +510,7 @@ class Worker:
         meanwhile, so it never over-claims."""
         if wait is not None:
             self._wake.wait(wait)
-        if self._stopping or gate.closed:
+        if self._stopping or left.is_set():
             return None
         self._wake.clear()  # a hint from now on is for the next claim
         began = time.perf_counter()
