@@ -207,7 +207,8 @@ def test_limited_claim_reads_its_window_in_index_order(backend, db_url):
 
 def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
     """The running jobs of the candidates' keys are counted through the running-key
-    index (v15), not by reading every running job of every queue."""
+    index (v15), which holds running jobs with keys only: not by reading every
+    running job of every queue."""
     if db_url.startswith("sqlite"):
         plan = _sqlite_plan(backend, "job_claim_limited")
         assert "conveyor_jobs_running_key_idx" in plan, plan

@@ -602,11 +602,13 @@ WITH t AS (
     -- planner, with no statistics on a CTE, joined it to the candidates by a nested
     -- loop (1,000 x 100 comparisons, 9 of a claim's 14 ms); a lookup is one probe.
     SELECT coalesce(jsonb_object_agg(concurrency_key, n), '{}') AS n FROM (
-        -- By the running-key index (v15), an index condition naming the keys.
+        -- The running jobs with keys (the running-key index, v15) hashed against the
+        -- candidates' keys. `= ANY(ARRAY(...))` was a parameter to the generic plan,
+        -- so each running job was compared with every key in turn: 0.7 of a claim's
+        -- 4.6 ms with 100 running and 200 candidates; the hash join takes 0.2.
         SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
         WHERE state = 'running' AND concurrency_key IS NOT NULL
-          AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM cand
-                                          WHERE concurrency_key IS NOT NULL))
+          AND concurrency_key IN (SELECT concurrency_key FROM cand)
         GROUP BY concurrency_key) x
     -- (bucket: tokens per rate key, {key: tokens}, likewise)
 ), bucket AS MATERIALIZED (

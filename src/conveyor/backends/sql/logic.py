@@ -161,8 +161,9 @@ def queue_limits(rows: Sequence[dict[str, Any]]) -> dict[str, QueueLimits]:
 
 
 #: how far past the claim's size a keyed claim looks: 10x at first, halving while
-#: claims come back full (down to 2x), doubling again after one comes back short
-WINDOW_MIN, WINDOW_MAX = 2, 10
+#: claims come back full (down to 1x: keys that do not bind cost no wider window
+#: to lock and rank), doubling again after one comes back short
+WINDOW_MIN, WINDOW_MAX = 1, 10
 
 
 def next_window_factor(factor: int, asked: int, got: int) -> int:
