@@ -560,22 +560,6 @@ class PostgresBackend(SqlBackend):
             yield cur
 
     @contextmanager
-    def _pipelined_tx(self) -> Iterator[psycopg.Cursor[Any]]:
-        """A transaction of our own in pipeline mode: statements whose results are
-        not read go out with the next one that is (BEGIN and a lock with the claim
-        after them; the last writes with COMMIT), one round trip each time the
-        caller reads. The server still runs them one after another, each with the
-        snapshot of its own start."""
-        with (
-            _translated(self.url),
-            self.pool.connection() as c,
-            c.pipeline(),
-            c.transaction(),
-            c.cursor() as cur,
-        ):
-            yield cur
-
-    @contextmanager
     def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
         """REPEATABLE READ: every statement of the transaction sees its first
         snapshot (in READ COMMITTED each would take its own), the horizon of
@@ -783,29 +767,53 @@ class PostgresBackend(SqlBackend):
         def claim_limited(queue: str, asked: int) -> list[Any]:
             factor = self._windows.factor(queue)
             qparams = limited_params(queue, limits[queue], asked, factor)
-            with self._pipelined_tx() as cur:
-                # Statements of their own: in READ COMMITTED the claim that follows
-                # then sees every limited claim committed before the locks were ours.
-                # The queue's lock serialises claims of this queue only; a keyed
-                # queue's claim also takes the keys' lock (keys are shared by queues).
-                lim = limits[queue]
-                cur.execute(Q["limits_lock"], {"queue": queue, "keyed": lim.keyed})
-                if not lim.keyed and lim.rate_per_s is None and lim.max_running is not None:
-                    # Only a queue limit: the plain claim, sized by the room left.
-                    [running] = self._fetch(cur, "queue_running", {"queue": queue})
-                    room = min(asked, lim.max_running - running["n"])
-                    if room <= 0:
-                        return []
-                    return self._fetch(
-                        cur, "job_claim", {**params, "queues": [queue], "limit": room}
-                    )
-                claimed = self._fetch(
-                    cur,
-                    "job_claim_limited",
-                    {**params, **qparams, "limit": asked, "identity": [worker_id, *tags]},
-                )
-                for spend in queue_spends(queue, limits[queue], claimed):
-                    cur.execute(Q["rate_spend"], {**spend, "now": now})
+            lim = limits[queue]
+            queue_only = not lim.keyed and lim.rate_per_s is None and lim.max_running is not None
+            # A transaction of its own in pipeline mode: statements whose results are
+            # not read go out with the next one that is (BEGIN and the locks with
+            # what follows them; the last writes with the COMMIT), one round trip
+            # each time the results are read. The server still runs them one after
+            # another, each with the snapshot of its own start.
+            with (
+                _translated(self.url),
+                self.pool.connection() as c,
+                c.pipeline(),
+                c.cursor() as cur,
+            ):
+                with c.transaction():
+                    # Statements of their own: in READ COMMITTED the claim that
+                    # follows then sees every limited claim committed before the
+                    # locks were ours. The queue's lock serialises claims of this
+                    # queue only; a keyed queue's claim also takes the keys' lock
+                    # (keys are shared by queues).
+                    cur.execute(Q["limits_lock"], {"queue": queue, "keyed": lim.keyed})
+                    if queue_only:
+                        # Only a queue limit: the plain claim, sized by the room left.
+                        [running] = self._fetch(cur, "queue_running", {"queue": queue})
+                        room = min(asked, lim.max_running - running["n"])
+                        if room <= 0:
+                            return []
+                        # Sent, not read: it goes out with the COMMIT, and its
+                        # rows are read once both are done (one round trip, not two).
+                        cur.execute(
+                            Q["job_claim"],
+                            self._params({**params, "queues": [queue], "limit": room}),
+                        )
+                    else:
+                        claimed = self._fetch(
+                            cur,
+                            "job_claim_limited",
+                            {
+                                **params,
+                                **qparams,
+                                "limit": asked,
+                                "identity": [worker_id, *tags],
+                            },
+                        )
+                        for spend in queue_spends(queue, lim, claimed):
+                            cur.execute(Q["rate_spend"], {**spend, "now": now})
+                if queue_only:
+                    return list(cur.fetchall())
             self._windows.update(queue, factor, asked, len(claimed))
             return claimed
 
