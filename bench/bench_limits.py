@@ -5,7 +5,8 @@ Its own script (not the shared peer harness); results are appended as JSON lines
 the "Concurrency limits" section of bench/RESULTS.md. ``bench/run.sh`` (``make
 bench``) runs it after the batch benchmark.
 
-For each backend (PostgreSQL, SQLite) and each configuration, in a fresh database
+For each backend (PostgreSQL, SQLite), ``--rounds`` (3) times, and each configuration
+in a round, in a fresh database
 (PostgreSQL database ``bench_limits`` dropped and created, or a new SQLite file):
 ``--n`` (20,000) no-op async jobs ``noop(i, user)`` are enqueued with
 ``task.send_many`` (chunks of 1,000), the limit (if any) is set, then ONE worker
@@ -458,6 +459,13 @@ def main() -> None:
     p.add_argument("--backends", default="postgres,sqlite", help="comma-separated")
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated")
     p.add_argument("--n", type=int, default=20_000)
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="each round drains every configuration once; the report takes the median of "
+        "the rounds' ratios to the same round's unlimited drain (a machine's speed drifts)",
+    )
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--fetch-batch", type=int, default=100)
     p.add_argument("--timeout-s", type=float, default=40.0, help="per drain; reported if hit")
@@ -501,9 +509,13 @@ def main() -> None:
         say("rate limits are not implemented in Conveyor yet: no rate-limit configuration")
     rows_from = Path(args.out).stat().st_size if args.out and Path(args.out).exists() else 0
     t0 = time.monotonic()
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     for backend in backends:
-        for config in configs:
-            emit({**drain(backend, config, args, base), "measure": "drain"}, args.out)
+        for round_no in range(1, args.rounds + 1):
+            for config in configs:
+                row = drain(backend, config, args, base)
+                emit({**row, "measure": "drain", "round": round_no}, args.out)
         if backend == "postgres" and not args.no_plan:
             emit(claim_plan(args, base), args.out)
     say(f"done in {time.monotonic() - t0:.0f}s")

@@ -251,9 +251,24 @@ def limits_section(rows: list[dict], path: str) -> list[str]:
     backends = [b for b in ("postgres", "sqlite") if any(r["backend"] == b for r in drains)]
     configs = list(dict.fromkeys(r["config"] for r in drains))
 
+    def all_of(backend: str, config: str) -> list[dict]:
+        return [r for r in drains if r["backend"] == backend and r["config"] == config]
+
     def by(backend: str, config: str) -> dict | None:
-        found = [r for r in drains if r["backend"] == backend and r["config"] == config]
-        return found[-1] if found else None
+        """The run of the median throughput (the last, if there is one run)."""
+        found = sorted(all_of(backend, config), key=lambda r: r.get("process_jobs_s") or 0)
+        return found[len(found) // 2] if found else None
+
+    def ratios(backend: str, config: str) -> list[float]:
+        """Per round: this configuration's drain over the same round's unlimited one
+        (rows without a round, from older runs, pair in order)."""
+        base = {r.get("round", i): r for i, r in enumerate(all_of(backend, "unlimited"))}
+        out = []
+        for i, r in enumerate(all_of(backend, config)):
+            b = base.get(r.get("round", i))
+            if b and b.get("process_jobs_s") and r.get("process_jobs_s"):
+                out.append(r["process_jobs_s"] / b["process_jobs_s"])
+        return out
 
     table = [
         "| configuration | " + " | ".join(names[b] for b in backends) + " |",
@@ -263,17 +278,23 @@ def limits_section(rows: list[dict], path: str) -> list[str]:
         label = next(r["label"] for r in drains if r["config"] == config)
 
         def cell(b: str, config: str = config) -> str:
-            r = by(b, config)
-            if not r or not r.get("process_jobs_s"):
+            runs = [r for r in all_of(b, config) if r.get("process_jobs_s")]
+            if not runs:
                 return "-"
-            base = by(b, "unlimited")
+            speeds = ", ".join(f"{r['process_jobs_s']:,.0f}" for r in runs)
+            rs = ratios(b, config) if config != "unlimited" else []
             ratio = (
-                f" (**{r['process_jobs_s'] / base['process_jobs_s']:.2f}x**)"
-                if base and base.get("process_jobs_s")
+                f" (**{statistics.median(rs):.2f}x**"
+                + (f"; rounds {', '.join(f'{x:.2f}' for x in rs)}" if len(rs) > 1 else "")
+                + ")"
+                if rs
                 else ""
             )
-            late = " TIMED OUT" if r.get("timed_out") else ""
-            return f"**{r['process_jobs_s']:,.0f}** jobs/s{ratio}{late}"
+            late = " TIMED OUT" if any(r.get("timed_out") for r in runs) else ""
+            median = statistics.median(r["process_jobs_s"] for r in runs)
+            return f"**{median:,.0f}** jobs/s{ratio}{late}" + (
+                f" <br>({speeds})" if len(runs) > 1 else ""
+            )
 
         table.append(f"| {label} | " + " | ".join(cell(b) for b in backends) + " |")
 
@@ -316,10 +337,13 @@ def limits_section(rows: list[dict], path: str) -> list[str]:
         f"fetch_batch={d0['fetch_batch']}`) started after the enqueue; jobs/s from the first "
         "handler start to the last handler end (the shared harness's phase b), each "
         "configuration in a fresh database (PostgreSQL `bench_limits`, SQLite "
-        f"`{d0['settings'].get('sqlite_file', '?')}`); in brackets the ratio to the unlimited "
-        'drain on the same backend. Per-key limits: `@app.task(concurrency_key="user", '
+        f"`{d0['settings'].get('sqlite_file', '?')}`); each configuration's median over "
+        f"{max(len(all_of(b, c)) for b in backends for c in configs)} round(s) (each run "
+        "below it), in brackets the median of the rounds' ratios to the same round's "
+        "unlimited drain on the same backend (the machine's speed drifts between rounds). "
+        'Per-key limits: `@app.task(concurrency_key="user", '
         "concurrency_limit=L)` with `user = i % keys`; queue limit: "
-        "`app.set_queue_limit(queue, max_running=50)`. "
+        "`app.set_queue_limit(queue, max_running=N)`. "
         + (
             "Rate limits are not implemented in Conveyor yet, so there is no rate-limit "
             "configuration or column."
@@ -329,7 +353,7 @@ def limits_section(rows: list[dict], path: str) -> list[str]:
         "",
         *table,
         "",
-        "Where the time goes (the worker process's `job_fetch_available` calls, timed on the "
+        "Where the time goes (the worker process's `job_claim` calls, timed on the "
         "backend instance; idle = from a claim's return to the next claim's start, by what "
         "the claim returned: short = fewer jobs than asked; running in db = the largest "
         f"count of `running` jobs in {d0['db_running'].get('every_s', 0.1):g} s samples, the "
@@ -340,7 +364,7 @@ def limits_section(rows: list[dict], path: str) -> list[str]:
     ]
     for r in (r for r in rows if r.get("measure") == "claim_plan"):
         out += [
-            f"EXPLAIN (ANALYZE, BUFFERS) of the PostgreSQL `job_fetch_limited` claim "
+            f"EXPLAIN (ANALYZE, BUFFERS) of the PostgreSQL `job_claim_limited` claim "
             f"({r['config']}, {r['finished']:,} of {r['n']:,} jobs finished, "
             f"{r['held_running']} running; rolled back):",
             "",

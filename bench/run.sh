@@ -12,7 +12,7 @@
 #   4. Conveyor batches (bench/bench_batches.py: creating a 10,000-item batch,
 #      progress of a 100,000-job batch, close delay) on PostgreSQL and SQLite,
 #      appended to /tmp/peerbench/results/conveyor-batches-<timestamp>.jsonl;
-#   5. Conveyor concurrency limits (bench/bench_limits.py: drain of 20,000 no-op jobs
+#   5. Conveyor concurrency limits (bench/bench_limits.py: 3 rounds of drains of 20,000 no-op jobs
 #      unlimited, with per-key limits and with a queue limit) on PostgreSQL and SQLite,
 #      appended to /tmp/peerbench/results/conveyor-limits-<timestamp>.jsonl;
 #   6. the Markdown table and the ratios, printed and written to bench/RESULTS.md
