@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import ins
+from .helpers import done, fetch, ins
 
 # (query, the index its plan must use)
 PLANNED = [
@@ -227,3 +227,37 @@ def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
     plan = _pg_analyze(backend, "job_claim_limited", _keyed_claim_params(backend))
     assert "conveyor_jobs_running_key_idx" in plan, plan
     assert "rows=100 loops=1" in plan, plan
+
+
+def _setting(conn: Any, name: str) -> str:
+    row = conn.execute("SELECT current_setting(%s) AS s", (name,)).fetchone()
+    return str(row["s"])
+
+
+def test_a_limited_claims_transaction_counts_running_jobs_without_bitmap_scans(backend, db_url):
+    """A queue's running jobs are counted through a partial index on the running
+    state, which keeps an entry for every job that ran since the last VACUUM. Only a
+    plain index scan marks the dead entries it meets so that the next count skips
+    them; a bitmap scan, which the planner chose for the count late in a drain of
+    20,000 jobs, visited all of them again in every claim (0.8 ms; 0.1 ms without).
+    The limited claim's lock statement turns bitmap scans off for its transaction,
+    and for that transaction only."""
+    if not db_url.startswith("postgres"):
+        pytest.skip("PostgreSQL's bitmap scans")
+    backend.queue_set_limit(name="q", max_running=1000)
+    backend.job_insert_many(jobs=[ins(args=[i]) for i in range(200)])
+    ran = fetch(backend, 100, worker="w1")
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(j) for j in ran])
+    with backend.pool.connection() as conn:
+        with conn.transaction():
+            conn.execute(backend.Q["limits_lock"], {"queue": "q", "keyed": False})
+            assert _setting(conn, "enable_bitmapscan") == "off"
+            plan = "\n".join(
+                str(next(iter(r.values())))
+                for r in conn.execute(
+                    "EXPLAIN " + backend.Q["queue_running"], backend._params({"queue": "q"})
+                )
+            )
+            assert "Bitmap" not in plan, plan
+        assert _setting(conn, "enable_bitmapscan") == "on"
+    assert len(fetch(backend, 100, worker="w1")) == 100  # the limited claim still claims
