@@ -42,6 +42,12 @@ def fetch(backend, n: int = 10, queues=("q",), worker: str = "w1", now=None, **k
     return backend.job_claim(queues=list(queues), worker_id=worker, limit=n, now=now, **kw)
 
 
+def pg_setting(conn, name: str) -> str:
+    """A PostgreSQL setting as the connection's session sees it now."""
+    row = conn.execute("SELECT current_setting(%s) AS s", (name,)).fetchone()
+    return str(row["s"] if isinstance(row, dict) else row[0])
+
+
 def done(job, state: str = "succeeded", token: str | None = None, **kw) -> Finalize:
     return Finalize(
         job_id=job.id,

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import fetch, ins
+from .helpers import fetch, ins, pg_setting
 
 
 def _setting(conn) -> str:
-    row = conn.execute("SELECT current_setting('synchronous_commit') AS s").fetchone()
-    return row["s"] if isinstance(row, dict) else row[0]
+    return pg_setting(conn, "synchronous_commit")
 
 
 @pytest.fixture

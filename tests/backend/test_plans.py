@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import done, fetch, ins
+from .helpers import done, fetch, ins, pg_setting
 
 # (query, the index its plan must use)
 PLANNED = [
@@ -229,11 +229,6 @@ def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
     assert "rows=100 loops=1" in plan, plan
 
 
-def _setting(conn: Any, name: str) -> str:
-    row = conn.execute("SELECT current_setting(%s) AS s", (name,)).fetchone()
-    return str(row["s"])
-
-
 def test_a_limited_claims_transaction_counts_running_jobs_without_bitmap_scans(backend, db_url):
     """A queue's running jobs are counted through a partial index on the running
     state, which keeps an entry for every job that ran since the last VACUUM. Only a
@@ -251,7 +246,7 @@ def test_a_limited_claims_transaction_counts_running_jobs_without_bitmap_scans(b
     with backend.pool.connection() as conn:
         with conn.transaction():
             conn.execute(backend.Q["limits_lock"], {"queue": "q", "keyed": False})
-            assert _setting(conn, "enable_bitmapscan") == "off"
+            assert pg_setting(conn, "enable_bitmapscan") == "off"
             plan = "\n".join(
                 str(next(iter(r.values())))
                 for r in conn.execute(
@@ -259,5 +254,5 @@ def test_a_limited_claims_transaction_counts_running_jobs_without_bitmap_scans(b
                 )
             )
             assert "Bitmap" not in plan, plan
-        assert _setting(conn, "enable_bitmapscan") == "on"
+        assert pg_setting(conn, "enable_bitmapscan") == "on"
     assert len(fetch(backend, 100, worker="w1")) == 100  # the limited claim still claims
