@@ -44,7 +44,7 @@ def test_the_claim_statements_turn_it_off_for_their_transaction_only(pg):
     pg.job_insert_many(jobs=[ins()])
     with pg.pool.connection() as conn:
         with conn.transaction():
-            conn.execute(Q["limits_lock"], {"queue": "q", "keyed": False})
+            conn.execute(Q["limits_lock"], {"queue": "q", "queue_lock": True})
             assert _setting(conn) == "off"
         assert _setting(conn) == "on"
     [job] = fetch(pg, 1)  # the plain claim, its own autocommit transaction

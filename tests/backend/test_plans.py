@@ -103,8 +103,9 @@ def _pg_analyze(backend: Any, name: str, params: dict[str, Any], *settings: str)
     return "\n".join(lines)
 
 
-def _keyed_claim_params(backend: Any) -> dict[str, Any]:
-    """A keyed claim of 100 from queue "q", window 2x, as the backend sends it."""
+def _keyed_claim_params(backend: Any, ids: list[int] | None = None) -> dict[str, Any]:
+    """A keyed claim of 100 from queue "q", window 2x, as the backend sends it
+    (``ids``: the candidates job_claim_candidates locked, for job_claim_limited)."""
     from conveyor.backends.sql.logic import QueueLimits, limited_params
 
     return {
@@ -115,6 +116,7 @@ def _keyed_claim_params(backend: Any) -> dict[str, Any]:
         "schema_version": backend.latest_schema,
         "limit": 100,
         "identity": ["w"],
+        "ids": ids or [],
         **limited_params("q", QueueLimits(None, None, None, keyed=True), 100, 2),
     }
 
@@ -195,9 +197,9 @@ def test_limited_claim_reads_its_window_in_index_order(backend, db_url):
     )
     # enable_sort off: an ordered path is taken, if there is one
     plan = _pg_analyze(
-        backend, "job_claim_limited", _keyed_claim_params(backend), "SET LOCAL enable_sort = off"
+        backend, "job_claim_candidates", _keyed_claim_params(backend), "SET LOCAL enable_sort = off"
     )
-    assert "rows=100 loops=1" in plan, plan
+    assert "rows=200 loops=1" in plan, plan  # the window: twice the claim
     assert not re.search(r"Sort Key: j_?\d*\.priority DESC", plan), plan
     scanned = re.search(
         r"Index Scan using conveyor_jobs_fetch_idx on conveyor_jobs_live j\S* .*rows=(\d+)", plan
@@ -219,12 +221,13 @@ def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
             plan = str(cur.fetchall())
         assert "conveyor_jobs_running_key_idx" in plan, plan
         return
-    backend.job_insert_many(
+    keyed = backend.job_insert_many(
         jobs=[ins(args=[i], concurrency_key=f"u{i % 50}", concurrency_limit=2) for i in range(500)]
     )
     backend.job_insert_many(jobs=[ins(queue="other", args=[i]) for i in range(500)])
     backend.job_claim(queues=["other"], worker_id="w", limit=500)  # running, unkeyed
-    plan = _pg_analyze(backend, "job_claim_limited", _keyed_claim_params(backend))
+    ids = [r.id for r in keyed][:200]  # the window job_claim_candidates would lock
+    plan = _pg_analyze(backend, "job_claim_limited", _keyed_claim_params(backend, ids))
     assert "conveyor_jobs_running_key_idx" in plan, plan
     assert "rows=100 loops=1" in plan, plan
 
@@ -245,7 +248,7 @@ def test_a_limited_claims_transaction_counts_running_jobs_without_bitmap_scans(b
     backend.job_finalize_many(worker_id="w1", outcomes=[done(j) for j in ran])
     with backend.pool.connection() as conn:
         with conn.transaction():
-            conn.execute(backend.Q["limits_lock"], {"queue": "q", "keyed": False})
+            conn.execute(backend.Q["limits_lock"], {"queue": "q", "queue_lock": True})
             assert pg_setting(conn, "enable_bitmapscan") == "off"
             plan = "\n".join(
                 str(next(iter(r.values())))

@@ -26,8 +26,9 @@ PG_ONLY = {
     "migration_lock",  # advisory lock; SQLite migrators serialise on the write lock
     "job_add_days",  # the partitions of finished jobs (schema v17)
     "job_drop_days",
-    "limits_lock",  # advisory locks (the queue's, then the keys'); SQLite serialises
-    # its claims under BEGIN IMMEDIATE
+    "limits_lock",  # an advisory lock (the queue's); SQLite serialises its claims
+    # under BEGIN IMMEDIATE
+    "job_claim_candidates",  # a limited claim's window and its keys' stripe locks
     "queue_running",  # the room left under a queue limit, counted under its lock
     "notify",
     "notify_events",

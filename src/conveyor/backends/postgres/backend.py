@@ -768,9 +768,10 @@ class PostgresBackend(SqlBackend):
             factor = self._windows.factor(queue)
             qparams = limited_params(queue, limits[queue], asked, factor)
             lim = limits[queue]
+            # Only a queue limit and no rate: the claim counts nothing but the queue.
             queue_only = not lim.keyed and lim.rate_per_s is None and lim.max_running is not None
             # A transaction of its own in pipeline mode: statements whose results are
-            # not read go out with the next one that is (BEGIN and the locks with
+            # not read go out with the next one that is (BEGIN and the lock with
             # what follows them; the last writes with the COMMIT), one round trip
             # each time the results are read. The server still runs them one after
             # another, each with the snapshot of its own start.
@@ -781,12 +782,17 @@ class PostgresBackend(SqlBackend):
                 c.cursor() as cur,
             ):
                 with c.transaction():
-                    # Statements of their own: in READ COMMITTED the claim that
-                    # follows then sees every limited claim committed before the
-                    # locks were ours. The queue's lock serialises claims of this
-                    # queue only; a keyed queue's claim also takes the keys' lock
-                    # (keys are shared by queues).
-                    cur.execute(Q["limits_lock"], {"queue": queue, "keyed": lim.keyed})
+                    # A statement of its own: in READ COMMITTED the statements that
+                    # follow see every limited claim of this queue committed before
+                    # the lock was ours. A queue limited by its jobs' keys alone
+                    # takes none: its claims serialise per key (job_claim_candidates).
+                    cur.execute(
+                        Q["limits_lock"],
+                        {
+                            "queue": queue,
+                            "queue_lock": lim.max_running is not None or lim.rate_per_s is not None,
+                        },
+                    )
                     if queue_only:
                         # Only a queue limit: the plain claim, sized by the room left.
                         [running] = self._fetch(cur, "queue_running", {"queue": queue})
@@ -800,20 +806,32 @@ class PostgresBackend(SqlBackend):
                             self._params({**params, "queues": [queue], "limit": room}),
                         )
                     else:
-                        claimed = self._fetch(
+                        cands = self._fetch(
                             cur,
-                            "job_claim_limited",
-                            {
-                                **params,
-                                **qparams,
-                                "limit": asked,
-                                "identity": [worker_id, *tags],
-                            },
+                            "job_claim_candidates",
+                            {**params, **qparams, "identity": [worker_id, *tags]},
                         )
-                        for spend in queue_spends(queue, lim, claimed):
-                            cur.execute(Q["rate_spend"], {**spend, "now": now})
+                        if not cands:
+                            self._windows.update(queue, factor, asked, 0)
+                            return []
+                        claim = {
+                            **params,
+                            **qparams,
+                            "limit": asked,
+                            "ids": [r["id"] for r in cands],
+                        }
+                        rated = lim.rate_per_s is not None or any(r["rated"] for r in cands)
+                        if rated:
+                            claimed = self._fetch(cur, "job_claim_limited", claim)
+                            for spend in queue_spends(queue, lim, claimed):
+                                cur.execute(Q["rate_spend"], {**spend, "now": now})
+                        else:
+                            # No tokens to spend: the claim goes out with the COMMIT.
+                            cur.execute(Q["job_claim_limited"], self._params(claim))
                 if queue_only:
                     return list(cur.fetchall())
+                if not rated:
+                    claimed = list(cur.fetchall())
             self._windows.update(queue, factor, asked, len(claimed))
             return claimed
 

@@ -534,22 +534,18 @@ SELECT q, true, now() FROM unnest(%(queues)s::text[]) AS q
 ON CONFLICT (name) DO UPDATE SET keyed = true WHERE NOT conveyor_queues.keyed
 
 -- name: limits_lock
--- Claims that must respect a queue's limits take this lock, one per queue (claims
--- in other queues never wait on it), in a statement of their own: in READ
--- COMMITTED the claim statement that follows then has a snapshot taken after the
--- previous limited claim of this queue committed, so the queue's counts are current.
--- A keyed queue's claim also takes the keys' lock, after the queue's, in the same
--- statement (one round trip): keys are shared by queues, so keyed claims of every
--- queue serialise on it; claims of queues without keyed jobs never take it.
--- Locking the candidates' keys one by one cost more than it saved with one worker
--- (bench_limits keys1000: 0.49x -> 0.38x of unlimited).
+-- Claims that must respect a queue's limit (max_running or its own rate) take this
+-- lock, one per queue (claims in other queues never wait on it), in a statement of
+-- their own: in READ COMMITTED the statements that follow then have snapshots
+-- taken after the previous limited claim of this queue committed, so the queue's
+-- counts are current. A queue limited only by its jobs' keys takes no queue lock:
+-- its claims serialise per key instead (job_claim_candidates).
 -- No bitmap scans in the transaction: a queue's running jobs are counted through
 -- a partial index on state = 'running' that keeps an entry for every job that ran
 -- since the last VACUUM, and only a plain index scan marks the dead ones so the
 -- next count skips them (a bitmap scan visited them all again: 0.8 ms a claim
 -- late in a drain of 20,000 jobs, 3,033 entries for 0 running; 0.04 ms after).
-SELECT pg_advisory_xact_lock(72628374, hashtext(%(queue)s)),
-       CASE WHEN %(keyed)s THEN pg_advisory_xact_lock(7262837502) END,
+SELECT CASE WHEN %(queue_lock)s THEN pg_advisory_xact_lock(72628374, hashtext(%(queue)s)) END,
        set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_bitmapscan', 'off', true),
        set_config('synchronous_commit', 'off', true)  -- a claim: see job_claim
@@ -558,20 +554,20 @@ SELECT pg_advisory_xact_lock(72628374, hashtext(%(queue)s)),
 -- Running jobs in one queue (under the queue's lock: current), by the state index.
 SELECT count(*) AS n FROM conveyor_jobs WHERE queue = %(queue)s AND state = 'running'
 
--- name: job_claim_limited
--- One queue under limits: at most max_running running in the queue, and at most
--- concurrency_limit running per concurrency_key (across all queues). Candidates
--- are ranked per key; a candidate fits if its rank plus the key's running count
--- stays within the key's limit. A window of candidates is examined, so a queue
--- blocked by full keys still lets other keys through. Rate-limited jobs also need
--- a token: each bucket is refilled lazily here (min(burst, tokens + elapsed *
--- rate)) and a key gets at most floor(tokens) jobs; the backend spends them in the
--- same transaction (rate_spend).
-WITH t AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), cand AS (
-    SELECT j.id, j.concurrency_key, j.concurrency_limit, j.rate_key, j.rate_per_s, j.rate_burst,
-           j.spread_group, j.priority, j.scheduled_at
+-- name: job_claim_candidates
+-- A limited claim's candidates, locked (SKIP LOCKED: claims never wait on each
+-- other's rows), and locks on their keys. Concurrency and rate keys are shared by
+-- queues, so two claims whose candidates share a key must not count that key's
+-- running jobs or spend its tokens at the same time: each takes a transaction
+-- advisory lock per key (by the key's hash), in hash order, so claims whose keys
+-- do not meet never wait on each other, and two that wait cannot deadlock. The
+-- claim that counts comes next (job_claim_limited), in a statement of its own: in
+-- READ COMMITTED its snapshot is taken after these locks were ours, so it sees
+-- every claim of these keys that committed before. The server's lock table is
+-- shared by the cluster, so a claim locks at most 128 keys, the first in claim
+-- order; candidates of further keys are left to a later claim.
+WITH cand AS MATERIALIZED (
+    SELECT j.id, j.concurrency_key, j.rate_key
     -- Not joined to t: beside a one-row CTE the planner no longer knew the index
     -- scan's order and sorted every waiting job of the queue per claim (12,100 of
     -- them, 6 ms of a 11 ms claim); alone, the scan walks the fetch index in
@@ -594,6 +590,41 @@ WITH t AS (
     ORDER BY j.priority DESC, j.scheduled_at, j.id
     LIMIT %(window)s
     FOR UPDATE OF j SKIP LOCKED
+), ordered AS MATERIALIZED (
+    SELECT cand.*, row_number() OVER () AS ord FROM cand  -- in claim order
+), keys AS MATERIALIZED (
+    SELECT k.key FROM ordered o, LATERAL (VALUES (o.concurrency_key), (o.rate_key)) AS k(key)
+    WHERE k.key IS NOT NULL
+    GROUP BY k.key
+    ORDER BY min(o.ord)
+    LIMIT 128
+), locked AS MATERIALIZED (
+    SELECT count(pg_advisory_xact_lock(72628375, h)) AS n
+    FROM (SELECT DISTINCT hashtext(key) AS h FROM keys ORDER BY 1) x
+)
+SELECT o.id, o.rate_key IS NOT NULL AS rated
+FROM ordered o, locked
+WHERE (o.concurrency_key IS NULL OR o.concurrency_key IN (SELECT key FROM keys))
+  AND (o.rate_key IS NULL OR o.rate_key IN (SELECT key FROM keys))
+
+-- name: job_claim_limited
+-- One queue under limits: at most max_running running in the queue, and at most
+-- concurrency_limit running per concurrency_key (across all queues). Candidates
+-- are ranked per key; a candidate fits if its rank plus the key's running count
+-- stays within the key's limit. A window of candidates is examined, so a queue
+-- blocked by full keys still lets other keys through. Rate-limited jobs also need
+-- a token: each bucket is refilled lazily here (min(burst, tokens + elapsed *
+-- rate)) and a key gets at most floor(tokens) jobs; the backend spends them in the
+-- same transaction (rate_spend).
+WITH t AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), cand AS (
+    -- The candidates job_claim_candidates locked (by id; see "By id" at the top).
+    SELECT j.id, j.concurrency_key, j.concurrency_limit, j.rate_key, j.rate_per_s, j.rate_burst,
+           j.spread_group, j.priority, j.scheduled_at
+    FROM conveyor_jobs j
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND {UNFINISHED(j)}  -- (see "Live" at the top: the finished days are not read)
 ), ranked AS MATERIALIZED (
     SELECT c.*,
            row_number() OVER (PARTITION BY c.concurrency_key

@@ -1,0 +1,117 @@
+"""Keyed claims lock their keys, not every key: a limited claim locks its
+candidates' concurrency and rate keys (at most 128). Two claims whose keys meet
+serialise, so a key shared by two queues is never over-admitted; two whose keys
+do not meet run at once. (A claim in flight is held open here, its
+transaction not committed, as a worker between its claim and its COMMIT.)"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from conveyor.backends.sql.logic import QueueLimits, limited_params, queue_spends
+
+from .helpers import fetch, ins
+
+
+@pytest.fixture
+def pg(backend):
+    if backend.name != "postgres":
+        pytest.skip("the key locks are PostgreSQL's advisory locks")
+    return backend
+
+
+def _params(pg, queue: str, window: int = 10) -> dict[str, Any]:
+    return pg._params(
+        {
+            "worker_id": "held",
+            "lease_s": None,
+            "now": None,
+            "tasks": None,
+            "schema_version": pg.latest_schema,
+            "identity": ["held"],
+            "limit": 10,
+            **limited_params(queue, QueueLimits(None, None, None, keyed=True), 10, 1),
+            "window": window,
+        }
+    )
+
+
+@contextmanager
+def _claim_in_flight(pg, queue: str) -> Iterator[list[Any]]:
+    """A keyed claim of ``queue`` as the backend makes it, left uncommitted."""
+    params = _params(pg, queue)
+    with pg.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        cur.execute(pg.Q["limits_lock"], {"queue": queue, "queue_lock": False})
+        cur.execute(pg.Q["job_claim_candidates"], params)
+        ids = [r["id"] for r in cur.fetchall()]
+        cur.execute(pg.Q["job_claim_limited"], {**params, "ids": ids})
+        claimed = list(cur.fetchall())
+        for spend in queue_spends(queue, QueueLimits(None, None, None, keyed=True), claimed):
+            cur.execute(pg.Q["rate_spend"], {**spend, "now": None})
+        yield claimed
+
+
+def _claim_in_thread(pg, queue: str) -> tuple[threading.Thread, list[Any]]:
+    got: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: got.append(fetch(pg, 10, queues=(queue,), worker="w2")), daemon=True
+    )
+    thread.start()
+    return thread, got
+
+
+def test_claims_whose_keys_do_not_meet_do_not_wait_on_each_other(pg):
+    a, b = "a", "b"
+    pg.job_insert_many(jobs=[ins(queue="qa", concurrency_key=a, concurrency_limit=1)])
+    pg.job_insert_many(jobs=[ins(queue="qb", concurrency_key=b, concurrency_limit=1)])
+    with _claim_in_flight(pg, "qa") as held:
+        assert len(held) == 1
+        thread, got = _claim_in_thread(pg, "qb")
+        thread.join(30)
+        # under one lock for every keyed claim, this claim waited for the other
+        assert not thread.is_alive(), "a claim of another key waited on the claim in flight"
+        assert [j.concurrency_key for j in got[0]] == [b]
+
+
+@pytest.mark.parametrize("shared", ["concurrency", "rate"])
+def test_claims_whose_keys_meet_wait_and_then_count_what_the_other_took(pg, shared):
+    """Queues qa and qb share a key; the claim of qb waits for the claim of qa in
+    flight, then counts what it took: the key's one slot (or token) is gone."""
+    key = {"concurrency_key": "k", "concurrency_limit": 1}
+    if shared == "rate":
+        key = {"rate_key": "k", "rate_per_s": 1.0, "rate_burst": 1.0}
+    pg.job_insert_many(jobs=[ins(queue="qa", **key)])
+    pg.job_insert_many(jobs=[ins(queue="qb", **key) for _ in range(2)])
+    with _claim_in_flight(pg, "qa") as held:
+        assert len(held) == 1
+        thread, got = _claim_in_thread(pg, "qb")
+        thread.join(0.5)
+        assert thread.is_alive(), "a claim of the same key did not wait"
+    thread.join(30)
+    assert not thread.is_alive()
+    assert got[0] == []  # the key's one slot went to the claim that committed first
+
+
+def test_a_claim_locks_at_most_128_keys_and_leaves_the_rest(pg):
+    pg.job_insert_many(
+        jobs=[ins(queue="qa", concurrency_key=f"k{i}", concurrency_limit=1) for i in range(200)]
+    )
+    with pg.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        cur.execute(pg.Q["limits_lock"], {"queue": "qa", "queue_lock": False})
+        cur.execute(pg.Q["job_claim_candidates"], _params(pg, "qa", window=200))
+        picked = [r["id"] for r in cur.fetchall()]
+        cur.execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
+            " AND pid = pg_backend_pid() AND classid = 72628375"
+        )
+        assert cur.fetchone()["n"] == 128
+    assert len(picked) == 128
+    # the first 128 in claim order; the others are claimable again
+    claimed = fetch(pg, 200, queues=("qa",), worker="w2")
+    assert len(claimed) == 128
+    assert len(fetch(pg, 200, queues=("qa",), worker="w3")) == 72
