@@ -115,3 +115,49 @@ def test_a_claim_locks_at_most_128_keys_and_leaves_the_rest(pg):
     claimed = fetch(pg, 200, queues=("qa",), worker="w2")
     assert len(claimed) == 128
     assert len(fetch(pg, 200, queues=("qa",), worker="w3")) == 72
+
+
+@pytest.fixture
+def my(backend):
+    if backend.name != "mysql":
+        pytest.skip("the named key locks are MySQL's")
+    return backend
+
+
+@contextmanager
+def _keys_held(my, *keys: str) -> Iterator[None]:
+    """Another session holding the key locks a keyed claim takes (limits_lock_keys),
+    as a claim in flight does until its COMMIT."""
+    import json
+
+    import pymysql
+
+    from conveyor.backends.mysql.backend import parse_url
+
+    conn = pymysql.connect(**parse_url(my.url), autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(my.Q["limits_lock_keys"], {"keys": json.dumps(sorted(keys))})
+            assert cur.fetchone()[0] == 1
+        yield
+    finally:
+        conn.close()  # the session's named locks go with it
+
+
+def test_mysql_claims_wait_only_for_their_own_keys(my):
+    my.job_insert_many(jobs=[ins(queue="qa", concurrency_key="a", concurrency_limit=1)])
+    my.job_insert_many(jobs=[ins(queue="qb", concurrency_key="b", concurrency_limit=1)])
+    with _keys_held(my, "a"):
+        thread, got = _claim_in_thread(my, "qb")
+        thread.join(30)
+        assert not thread.is_alive(), "a claim of another key waited on the held key"
+        assert [j.concurrency_key for j in got[0]] == ["b"]
+        thread, got = _claim_in_thread(my, "qa")
+        thread.join(0.5)
+        assert thread.is_alive(), "a claim of the held key did not wait"
+    thread.join(30)
+    assert not thread.is_alive()
+    assert [j.concurrency_key for j in got[0]] == ["a"]
+    # the claims released their keys: the next claim of each takes them at once
+    my.job_insert_many(jobs=[ins(queue="qa", concurrency_key="a", concurrency_limit=2)])
+    assert len(fetch(my, 10, queues=("qa",), worker="w3")) == 1

@@ -78,7 +78,8 @@ MYSQL_ONLY = {
     "limits_busy",
     "limits_tokens",
     "limits_lock",  # a row lock on the queue's row (no transaction advisory locks)
-    "limits_lock_keys",  # a row lock on conveyor_locks 'keys'
+    "limits_lock_keys",  # named locks (GET_LOCK), one per key: a session's, not
+    "limits_unlock_keys",  # a transaction's, so released after the COMMIT
     "queue_running",
     "job_finalize_pick",
     "job_succeed_many",  # plain successes of a batch in one UPDATE

@@ -62,6 +62,8 @@ from ..sql.logic import (
     KeyPair,
     QueueLimits,
     WindowSizes,
+    candidate_keys,
+    claim_keys,
     first_outcomes,
     limited_params,
     plain_success,
@@ -717,93 +719,127 @@ class MySQLBackend(SqlBackend):
         self, queue: str, lim: QueueLimits, base: dict[str, Any], limit: int, tags: Sequence[str]
     ) -> list[Any]:
         """One limited queue (see the PostgreSQL job_claim_limited, whose ranking this
-        does in Python over the same window of candidates), under the queue's row
-        lock, and the keys' lock for a keyed queue: always in that order."""
+        does in Python over the same window of candidates): under the queue's row
+        lock if it has a limit of its own, then its candidates' key locks
+        (limits_lock_keys), released after the COMMIT."""
         factor = self._windows.factor(queue)
         qp = limited_params(queue, lim, limit, factor)
-        with self._tx() as cur:
-            self._q(cur, "limits_lock", {"queue": queue})
-            if lim.keyed:
-                self._q(cur, "limits_lock_keys")
-            cands = self._q(
-                cur,
-                "job_claim_candidates",
-                {
-                    **base,
-                    "queue": queue,
-                    "window": qp["window"],
-                    "identity": self._list([base["worker_id"], *tags]),
-                },
-            )
-            if not cands:
-                return []
-            room = limit
-            if lim.max_running is not None:
-                [running] = self._q(cur, "queue_running", {"queue": queue})
-                room = min(room, lim.max_running - int(running["n"]))
-            keys = sorted({c["rate_key"] for c in cands if c["rate_key"]})
-            bucket_keys = keys + ([f"queue={queue}"] if lim.rate_per_s is not None else [])
-            stored = {
-                r["key"]: (float(r["tokens"]), float(r["elapsed"]))
-                for r in (
-                    self._q(
-                        cur, "limits_tokens", {"keys": self._list(bucket_keys), "now": base["now"]}
-                    )
-                    if bucket_keys
-                    else []
+        locked = False
+        try:
+            with self._tx() as cur:
+                if lim.max_running is not None or lim.rate_per_s is not None:
+                    self._q(cur, "limits_lock", {"queue": queue})
+                cands = self._q(
+                    cur,
+                    "job_claim_candidates",
+                    {
+                        **base,
+                        "queue": queue,
+                        "window": qp["window"],
+                        "identity": self._list([base["worker_id"], *tags]),
+                    },
                 )
-            }
+                keys = claim_keys(cands)
+                if keys:
+                    # candidates of keys past the first KEY_LOCKS_MAX wait for a later claim
+                    cands = [c for c in cands if candidate_keys(c) <= keys]
+                    locked = True
+                    [got] = self._q(cur, "limits_lock_keys", {"keys": json.dumps(sorted(keys))})
+                    if not got["got"]:
+                        return []
+                if not cands:
+                    return []
+                return self._rank_and_take(cur, queue, lim, base, limit, factor, cands)
+        finally:
+            if locked:
+                self._unlock_keys()
 
-            def tokens(key: str, rate: float, burst: float) -> float:
-                if key not in stored:
-                    return burst
-                have, elapsed = stored[key]
-                return min(burst, have + elapsed * rate)
+    def _unlock_keys(self) -> None:
+        """Release this session's key locks; a session that cannot is closed (the
+        server then releases them)."""
+        try:
+            with self._conn().cursor() as cur:
+                cur.execute(Q["limits_unlock_keys"])
+        except pymysql.Error:
+            self._drop()
 
-            if lim.rate_per_s is not None:
-                burst = lim.rate_burst if lim.rate_burst is not None else lim.rate_per_s
-                room = min(room, math.floor(tokens(f"queue={queue}", lim.rate_per_s, burst)))
-            room = max(0, room)
-            ckeys = sorted({c["concurrency_key"] for c in cands if c["concurrency_key"]})
-            busy = (
-                {
-                    r["concurrency_key"]: int(r["n"])
-                    for r in self._q(cur, "limits_busy", {"keys": self._list(ckeys)})
-                }
-                if ckeys
-                else {}
+    def _rank_and_take(
+        self,
+        cur: Any,
+        queue: str,
+        lim: QueueLimits,
+        base: dict[str, Any],
+        limit: int,
+        factor: int,
+        cands: list[Any],
+    ) -> list[Any]:
+        """The candidates ranked as the PostgreSQL job_claim_limited ranks them, and
+        those that fit taken: under the claim's locks every count is current."""
+        room = limit
+        if lim.max_running is not None:
+            [running] = self._q(cur, "queue_running", {"queue": queue})
+            room = min(room, lim.max_running - int(running["n"]))
+        keys = sorted({c["rate_key"] for c in cands if c["rate_key"]})
+        bucket_keys = keys + ([f"queue={queue}"] if lim.rate_per_s is not None else [])
+        stored = {
+            r["key"]: (float(r["tokens"]), float(r["elapsed"]))
+            for r in (
+                self._q(cur, "limits_tokens", {"keys": self._list(bucket_keys), "now": base["now"]})
+                if bucket_keys
+                else []
             )
-            rates: dict[str, tuple[float, float]] = {}
-            for c in cands:
-                if c["rate_key"]:
-                    rate, burst = rates.get(c["rate_key"], (0.0, 0.0))
-                    rates[c["rate_key"]] = (
-                        max(rate, float(c["rate_per_s"] or 0)),
-                        max(burst, float(c["rate_burst"] or 0)),
-                    )
-            allowance = {k: math.floor(tokens(k, r, b)) for k, (r, b) in rates.items()}
-            seen_c: dict[str, int] = {}
-            seen_r: dict[str, int] = {}
-            seen_s: dict[str, int] = {}
-            picked: list[int] = []
-            for c in cands:  # in claim order already
-                ck, rk, sg = c["concurrency_key"], c["rate_key"], c["spread_group"]
-                rn = seen_c[ck] = seen_c.get(ck, 0) + 1 if ck else 0
-                rate_rn = seen_r[rk] = seen_r.get(rk, 0) + 1 if rk else 0
-                spread_rn = seen_s[sg] = seen_s.get(sg, 0) + 1 if sg else 0
-                if ck and rn + busy.get(ck, 0) > (c["concurrency_limit"] or 0):
-                    continue
-                if rk and rate_rn > allowance[rk]:
-                    continue
-                if sg and spread_rn != 1:  # one per group per claim
-                    continue
-                if len(picked) < room:
-                    picked.append(int(c["id"]))
-            rows = self._take(cur, picked, base)
-            self._windows.update(queue, factor, limit, len(rows))
-            for spend in queue_spends(queue, lim, rows):
-                self._qc(cur, "rate_spend", {**spend, "now": base["now"]})
-            return rows
+        }
+
+        def tokens(key: str, rate: float, burst: float) -> float:
+            if key not in stored:
+                return burst
+            have, elapsed = stored[key]
+            return min(burst, have + elapsed * rate)
+
+        if lim.rate_per_s is not None:
+            burst = lim.rate_burst if lim.rate_burst is not None else lim.rate_per_s
+            room = min(room, math.floor(tokens(f"queue={queue}", lim.rate_per_s, burst)))
+        room = max(0, room)
+        ckeys = sorted({c["concurrency_key"] for c in cands if c["concurrency_key"]})
+        busy = (
+            {
+                r["concurrency_key"]: int(r["n"])
+                for r in self._q(cur, "limits_busy", {"keys": self._list(ckeys)})
+            }
+            if ckeys
+            else {}
+        )
+        rates: dict[str, tuple[float, float]] = {}
+        for c in cands:
+            if c["rate_key"]:
+                rate, burst = rates.get(c["rate_key"], (0.0, 0.0))
+                rates[c["rate_key"]] = (
+                    max(rate, float(c["rate_per_s"] or 0)),
+                    max(burst, float(c["rate_burst"] or 0)),
+                )
+        allowance = {k: math.floor(tokens(k, r, b)) for k, (r, b) in rates.items()}
+        seen_c: dict[str, int] = {}
+        seen_r: dict[str, int] = {}
+        seen_s: dict[str, int] = {}
+        picked: list[int] = []
+        for c in cands:  # in claim order already
+            ck, rk, sg = c["concurrency_key"], c["rate_key"], c["spread_group"]
+            rn = seen_c[ck] = seen_c.get(ck, 0) + 1 if ck else 0
+            rate_rn = seen_r[rk] = seen_r.get(rk, 0) + 1 if rk else 0
+            spread_rn = seen_s[sg] = seen_s.get(sg, 0) + 1 if sg else 0
+            if ck and rn + busy.get(ck, 0) > (c["concurrency_limit"] or 0):
+                continue
+            if rk and rate_rn > allowance[rk]:
+                continue
+            if sg and spread_rn != 1:  # one per group per claim
+                continue
+            if len(picked) < room:
+                picked.append(int(c["id"]))
+        rows = self._take(cur, picked, base)
+        self._windows.update(queue, factor, limit, len(rows))
+        for spend in queue_spends(queue, lim, rows):
+            self._qc(cur, "rate_spend", {**spend, "now": base["now"]})
+        return rows
 
     def job_finalize_many(
         self, *, worker_id: str, outcomes: Sequence[Finalize], now: datetime | None = None

@@ -105,10 +105,22 @@ SELECT count(*) AS n FROM conveyor_jobs WHERE queue = :queue AND state = 'runnin
 -- A queue's limited claims serialise on its conveyor_queues row (a row lock held
 -- to commit: PostgreSQL uses a transaction-scoped advisory lock). In READ
 -- COMMITTED every later statement reads what the previous claim committed.
+-- Only queues with a limit of their own: a keyed claim locks its keys instead.
 SELECT name FROM conveyor_queues WHERE name = :queue FOR UPDATE
 
 -- name: limits_lock_keys
-SELECT name FROM conveyor_locks WHERE name = 'keys' FOR UPDATE
+-- A keyed claim's keys (a JSON array, sorted: one order for every claim), each a
+-- named lock of this database's, taken in that order: claims whose keys meet
+-- serialise, the others never wait on each other, and two that wait cannot
+-- deadlock (PostgreSQL: an advisory lock per key). Named locks belong to the
+-- session, not the transaction: the backend releases them after the COMMIT
+-- (limits_unlock_keys), so the next claim of a key sees what this one committed.
+-- 0: a lock was not had within 10 s (as innodb_lock_wait_timeout).
+SELECT min(GET_LOCK(CONCAT('conveyor.', MD5(CONCAT(DATABASE(), '/', k.v))), 10)) AS got
+FROM JSON_TABLE(:keys, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) k
+
+-- name: limits_unlock_keys
+SELECT RELEASE_ALL_LOCKS() AS released
 
 -- name: rate_spend
 INSERT INTO conveyor_rate_limits (`key`, tokens, updated_at)

@@ -564,8 +564,8 @@ SELECT count(*) AS n FROM conveyor_jobs WHERE queue = %(queue)s AND state = 'run
 -- claim that counts comes next (job_claim_limited), in a statement of its own: in
 -- READ COMMITTED its snapshot is taken after these locks were ours, so it sees
 -- every claim of these keys that committed before. The server's lock table is
--- shared by the cluster, so a claim locks at most 128 keys, the first in claim
--- order; candidates of further keys are left to a later claim.
+-- shared by the cluster, so a claim locks at most KEY_LOCKS_MAX (128) keys, the
+-- first in claim order; candidates of further keys are left to a later claim.
 WITH cand AS MATERIALIZED (
     SELECT j.id, j.concurrency_key, j.rate_key
     -- Not joined to t: beside a one-row CTE the planner no longer knew the index
@@ -597,7 +597,7 @@ WITH cand AS MATERIALIZED (
     WHERE k.key IS NOT NULL
     GROUP BY k.key
     ORDER BY min(o.ord)
-    LIMIT 128
+    LIMIT %(key_locks)s  -- KEY_LOCKS_MAX (128)
 ), locked AS MATERIALIZED (
     SELECT count(pg_advisory_xact_lock(72628375, h)) AS n
     FROM (SELECT DISTINCT hashtext(key) AS h FROM keys ORDER BY 1) x

@@ -187,6 +187,11 @@ class WindowSizes:
         self._factor[queue] = next_window_factor(factor, asked, got)
 
 
+#: The most keys one limited claim locks (the server's lock table is shared by
+#: the cluster); candidates of further keys are left to a later claim.
+KEY_LOCKS_MAX = 128
+
+
 def limited_params(
     queue: str, limits: QueueLimits, limit: int, window_factor: int = WINDOW_MAX
 ) -> dict[str, Any]:
@@ -200,7 +205,26 @@ def limited_params(
         "window": max(100, window_factor * limit) if limits.keyed else limit,
         "queue_rate": limits.rate_per_s,
         "queue_burst": limits.rate_burst,
+        "key_locks": KEY_LOCKS_MAX,
     }
+
+
+def candidate_keys(cand: dict[str, Any]) -> set[str]:
+    """The keys a candidate of a limited claim counts against (concurrency, rate)."""
+    return {k for k in (cand["concurrency_key"], cand["rate_key"]) if k}
+
+
+def claim_keys(cands: Sequence[dict[str, Any]]) -> set[str]:
+    """The keys a limited claim locks: the first KEY_LOCKS_MAX of its candidates'
+    keys, in claim order."""
+    keys: dict[str, None] = {}
+    for cand in cands:
+        for key in (cand["concurrency_key"], cand["rate_key"]):
+            if key and key not in keys:
+                if len(keys) == KEY_LOCKS_MAX:
+                    return set(keys)
+                keys[key] = None
+    return set(keys)
 
 
 def queue_spends(
