@@ -127,6 +127,8 @@ CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 4031})
 MAX_RETRIES = 8
 #: a connection idle this long is pinged before use
 CHECK_IDLE_S = 2.0
+#: the server ends a session of ours idle this long (wait_timeout)
+SESSION_IDLE_S = 300
 
 
 def _code(exc: BaseException) -> int:
@@ -326,6 +328,11 @@ class MySQLBackend(SqlBackend):
                 if _is_mariadb(conn):
                     idle = max(1, round(self.IDLE_TRANSACTION_S))
                     cur.execute(f"SET SESSION idle_transaction_timeout = {idle}")
+                # A session cut off from us between a claim's COMMIT and the release
+                # of its key locks (limits_lock_keys) keeps them until the server
+                # ends it: after 5 idle minutes, not 8 hours. Our idle connections
+                # are pinged before use (CHECK_IDLE_S) and made again if ended.
+                cur.execute(f"SET SESSION wait_timeout = {SESSION_IDLE_S}")
         except pymysql.Error as exc:
             raise self._unavailable(exc) from exc
         return conn
@@ -720,8 +727,8 @@ class MySQLBackend(SqlBackend):
     ) -> list[Any]:
         """One limited queue (see the PostgreSQL job_claim_limited, whose ranking this
         does in Python over the same window of candidates): under the queue's row
-        lock if it has a limit of its own, then its candidates' key locks
-        (limits_lock_keys), released after the COMMIT."""
+        lock if it has a limit of its own, and the locks of its candidates' keys
+        (limits_lock_keys: those no other claim holds), released after the COMMIT."""
         factor = self._windows.factor(queue)
         qp = limited_params(queue, lim, limit, factor)
         locked = False
@@ -741,12 +748,12 @@ class MySQLBackend(SqlBackend):
                 )
                 keys = claim_keys(cands)
                 if keys:
-                    # candidates of keys past the first KEY_LOCKS_MAX wait for a later claim
-                    cands = [c for c in cands if candidate_keys(c) <= keys]
                     locked = True
-                    [got] = self._q(cur, "limits_lock_keys", {"keys": json.dumps(sorted(keys))})
-                    if not got["got"]:
-                        return []
+                    held = self._q(cur, "limits_lock_keys", {"keys": json.dumps(sorted(keys))})
+                    ours = {r["key"] for r in held if r["got"] == 1}
+                    # candidates of keys another claim holds, or past the first
+                    # KEY_LOCKS_MAX, are left to a later claim
+                    cands = [c for c in cands if candidate_keys(c) <= ours]
                 if not cands:
                     return []
                 return self._rank_and_take(cur, queue, lim, base, limit, factor, cands)

@@ -109,14 +109,14 @@ SELECT count(*) AS n FROM conveyor_jobs WHERE queue = :queue AND state = 'runnin
 SELECT name FROM conveyor_queues WHERE name = :queue FOR UPDATE
 
 -- name: limits_lock_keys
--- A keyed claim's keys (a JSON array, sorted: one order for every claim), each a
--- named lock of this database's, taken in that order: claims whose keys meet
--- serialise, the others never wait on each other, and two that wait cannot
--- deadlock (PostgreSQL: an advisory lock per key). Named locks belong to the
--- session, not the transaction: the backend releases them after the COMMIT
--- (limits_unlock_keys), so the next claim of a key sees what this one committed.
--- 0: a lock was not had within 10 s (as innodb_lock_wait_timeout).
-SELECT min(GET_LOCK(CONCAT('conveyor.', MD5(CONCAT(DATABASE(), '/', k.v))), 10)) AS got
+-- A keyed claim's keys (a JSON array), each a named lock of this database's, tried
+-- without waiting: a key another claim holds is left out of this claim (as SKIP
+-- LOCKED leaves its rows), so claims never wait on each other's keys and cannot
+-- deadlock, and claims whose keys meet never count a key at once (PostgreSQL: an
+-- advisory lock per key). Named locks belong to the session, not the transaction:
+-- the backend releases them after the COMMIT (limits_unlock_keys), so the next
+-- claim of a key sees what this one committed. got: 1 if the lock is ours.
+SELECT k.v AS `key`, GET_LOCK(CONCAT('conveyor.', MD5(CONCAT(DATABASE(), '/', k.v))), 0) AS got
 FROM JSON_TABLE(:keys, '$[*]' COLUMNS (v VARCHAR(255) PATH '$')) k
 
 -- name: limits_unlock_keys

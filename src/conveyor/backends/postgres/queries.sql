@@ -558,14 +558,15 @@ SELECT count(*) AS n FROM conveyor_jobs WHERE queue = %(queue)s AND state = 'run
 -- A limited claim's candidates, locked (SKIP LOCKED: claims never wait on each
 -- other's rows), and locks on their keys. Concurrency and rate keys are shared by
 -- queues, so two claims whose candidates share a key must not count that key's
--- running jobs or spend its tokens at the same time: each takes a transaction
--- advisory lock per key (by the key's hash), in hash order, so claims whose keys
--- do not meet never wait on each other, and two that wait cannot deadlock. The
--- claim that counts comes next (job_claim_limited), in a statement of its own: in
--- READ COMMITTED its snapshot is taken after these locks were ours, so it sees
--- every claim of these keys that committed before. The server's lock table is
--- shared by the cluster, so a claim locks at most KEY_LOCKS_MAX (128) keys, the
--- first in claim order; candidates of further keys are left to a later claim.
+-- running jobs or spend its tokens at the same time: each tries a transaction
+-- advisory lock per key (by the key's hash) without waiting, and a key another
+-- claim holds is left out of this claim, as SKIP LOCKED leaves rows out. Claims
+-- never wait on each other's keys, and cannot deadlock. The claim that counts
+-- comes next (job_claim_limited), in a statement of its own: in READ COMMITTED
+-- its snapshot is taken after these locks were ours, so it sees every claim of
+-- these keys that committed before. The server's lock table is shared by the
+-- cluster, so a claim locks at most KEY_LOCKS_MAX (128) keys, the first in claim
+-- order; candidates of further keys are left to a later claim too.
 WITH cand AS MATERIALIZED (
     SELECT j.id, j.concurrency_key, j.rate_key
     -- Not joined to t: beside a one-row CTE the planner no longer knew the index
@@ -599,13 +600,12 @@ WITH cand AS MATERIALIZED (
     ORDER BY min(o.ord)
     LIMIT %(key_locks)s  -- KEY_LOCKS_MAX (128)
 ), locked AS MATERIALIZED (
-    SELECT count(pg_advisory_xact_lock(72628375, h)) AS n
-    FROM (SELECT DISTINCT hashtext(key) AS h FROM keys ORDER BY 1) x
+    SELECT key FROM keys WHERE pg_try_advisory_xact_lock(72628375, hashtext(key))
 )
 SELECT o.id, o.rate_key IS NOT NULL AS rated
-FROM ordered o, locked
-WHERE (o.concurrency_key IS NULL OR o.concurrency_key IN (SELECT key FROM keys))
-  AND (o.rate_key IS NULL OR o.rate_key IN (SELECT key FROM keys))
+FROM ordered o
+WHERE (o.concurrency_key IS NULL OR o.concurrency_key IN (SELECT key FROM locked))
+  AND (o.rate_key IS NULL OR o.rate_key IN (SELECT key FROM locked))
 
 -- name: job_claim_limited
 -- One queue under limits: at most max_running running in the queue, and at most
