@@ -57,6 +57,7 @@ from _bench import PG_BASE, SCRATCH, commit, db_url, emit, fresh_database, pct
 
 import conveyor
 from conveyor import Conveyor
+from conveyor.backends.sql.logic import KEY_LOCKS_MAX
 from conveyor.runtime.worker import Worker
 
 PG_DB = "bench_limits"
@@ -380,7 +381,8 @@ def plan_summary(lines: list[str]) -> dict:
 
 
 def claim_plan(args, base: dict) -> dict:
-    """EXPLAIN (ANALYZE, BUFFERS) of the backend's own job_claim_limited text in the
+    """EXPLAIN (ANALYZE, BUFFERS) of the backend's own limited claim (the candidates
+    and their key locks, then job_claim_limited by their ids) in the
     keys1000 setting, halfway: ``--n`` jobs over 1,000 keys enqueued, half of them
     claimed and finished through the backend, 100 held running (as a worker would),
     then the claim of 100 explained (window max(100, 10 x 100)) and rolled back:
@@ -410,7 +412,6 @@ def claim_plan(args, base: dict) -> dict:
             backend.job_finalize_many(worker_id="bench-plan", outcomes=outcomes)
             done += len(jobs)
         held = len(claim(args.fetch_batch))
-        query = PG_QUERIES["job_claim_limited"]
         params = {
             "now": None,
             "queue": QUEUE,
@@ -424,6 +425,7 @@ def claim_plan(args, base: dict) -> dict:
             "schema_version": 10**6,
             "queue_rate": None,
             "queue_burst": None,
+            "key_locks": KEY_LOCKS_MAX,
         }
         with psycopg.connect(f"{PG_BASE}/{PG_DB}", options=CONVEYOR_SESSION) as conn:
             cur = psycopg.ClientCursor(conn)
@@ -433,10 +435,24 @@ def claim_plan(args, base: dict) -> dict:
                     conn.execute("ANALYZE conveyor_queues")
                     conn.commit()
                 for _ in range(2):  # the second run is kept (warm cache)
-                    cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params)
-                    lines = [r[0] for r in cur.fetchall()]
+                    # as the backend claims: the candidates and their key locks,
+                    # then the claim that counts, by their ids
+                    explain = "EXPLAIN (ANALYZE, BUFFERS) "
+                    cur.execute(explain + PG_QUERIES["job_claim_candidates"], params)
+                    picking = [r[0] for r in cur.fetchall()]
+                    cur.execute(PG_QUERIES["job_claim_candidates"], params)
+                    ids = [r[0] for r in cur.fetchall()]
+                    cur.execute(explain + PG_QUERIES["job_claim_limited"], {**params, "ids": ids})
+                    claiming = [r[0] for r in cur.fetchall()]
                     conn.rollback()  # EXPLAIN ANALYZE of an UPDATE claims: undo it
-                plans[stats] = {"summary": plan_summary(lines), "plan": lines}
+                summary = {**plan_summary(claiming), **plan_summary(picking)}
+                took = [
+                    plan_summary(x).get("execution", "?").split(": ")[-1]
+                    for x in (picking, claiming)
+                ]
+                summary["execution"] = f"Execution Time: {took[0]} (candidates) + {took[1]} (claim)"
+                lines = [*picking, "", *claiming]
+                plans[stats] = {"summary": summary, "plan": lines}
     finally:
         app.close()
     row = {
