@@ -8,7 +8,14 @@ from psycopg import _queries
 
 from conveyor.backends.postgres import backend as pg
 
-HOT = ["job_insert_many", "job_claim", "job_claim_limited", "job_finalize_many", "worker_heartbeat"]
+HOT = [
+    "job_insert_many",
+    "job_claim",
+    "job_claim_candidates",
+    "job_claim_limited",
+    "job_finalize_many",
+    "worker_heartbeat",
+]
 
 
 def test_hot_statements_fit_psycopgs_conversion_cache() -> None:
