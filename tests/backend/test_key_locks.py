@@ -99,6 +99,36 @@ def test_a_key_held_by_a_claim_in_flight_is_skipped_then_counted(pg, shared):
     assert len(fetch(pg, 10, queues=("qb",), worker="w3")) == 1
 
 
+def test_an_app_in_another_schema_never_holds_this_apps_keys(pg, pg_database):
+    """Advisory locks are the database's: two apps in two schemas of one database
+    lock their keys apart (the job table's oid is in the lock's hash)."""
+    import uuid
+
+    import psycopg
+
+    from conveyor import Conveyor
+
+    from ..conftest import pg_schema_url
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    other = Conveyor(pg_schema_url(pg_database, schema))
+    try:
+        other.migrate()
+        other.backend.job_insert_many(
+            jobs=[ins(queue="qa", concurrency_key="k", concurrency_limit=1)]
+        )
+        pg.job_insert_many(jobs=[ins(queue="qa", concurrency_key="k", concurrency_limit=1)])
+        with _claim_in_flight(pg, "qa") as held:
+            assert len(held) == 1
+            assert len(fetch(other.backend, 10, queues=("qa",), worker="w2")) == 1
+    finally:
+        other.close()
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
 def test_a_claim_locks_at_most_128_keys_and_leaves_the_rest(pg):
     pg.job_insert_many(
         jobs=[ins(queue="qa", concurrency_key=f"k{i}", concurrency_limit=1) for i in range(200)]

@@ -600,7 +600,11 @@ WITH cand AS MATERIALIZED (
     ORDER BY min(o.ord)
     LIMIT %(key_locks)s  -- KEY_LOCKS_MAX (128)
 ), locked AS MATERIALIZED (
-    SELECT key FROM keys WHERE pg_try_advisory_xact_lock(72628375, hashtext(key))
+    -- the job table's oid in the hash: apps in other schemas of the database
+    -- (advisory locks are the database's) never hold this app's keys
+    SELECT key FROM keys
+    WHERE pg_try_advisory_xact_lock(
+              72628375, hashtext('conveyor_jobs'::regclass::oid::text || '/' || key))
 )
 SELECT o.id, o.rate_key IS NOT NULL AS rated
 FROM ordered o
