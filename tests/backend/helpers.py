@@ -42,6 +42,33 @@ def fetch(backend, n: int = 10, queues=("q",), worker: str = "w1", now=None, **k
     return backend.job_claim(queues=list(queues), worker_id=worker, limit=n, now=now, **kw)
 
 
+def keyed_claim_params(
+    backend,
+    queue: str = "q",
+    limit: int = 100,
+    factor: int = 2,
+    worker: str = "w",
+    ids: list[int] | None = None,
+    **kw,
+) -> dict:
+    """The parameters of a keyed claim's statements (job_claim_candidates, then
+    job_claim_limited by ``ids``), as the backend sends them; ``kw`` overrides."""
+    from conveyor.backends.sql.logic import QueueLimits, limited_params
+
+    return {
+        "worker_id": worker,
+        "lease_s": None,
+        "now": None,
+        "tasks": None,
+        "schema_version": backend.latest_schema,
+        "limit": limit,
+        "identity": [worker],
+        "ids": ids or [],
+        **limited_params(queue, QueueLimits(None, None, None, keyed=True), limit, factor),
+        **kw,
+    }
+
+
 def pg_setting(conn, name: str) -> str:
     """A PostgreSQL setting as the connection's session sees it now."""
     row = conn.execute("SELECT current_setting(%s) AS s", (name,)).fetchone()

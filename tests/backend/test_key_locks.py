@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from conveyor.backends.sql.logic import QueueLimits, limited_params, queue_spends
+from conveyor.backends.sql.logic import QueueLimits, queue_spends
 
-from .helpers import fetch, ins
+from .helpers import fetch, ins, keyed_claim_params
 
 
 @pytest.fixture
@@ -29,17 +29,7 @@ def pg(backend):
 
 def _params(pg, queue: str, window: int = 10) -> dict[str, Any]:
     return pg._params(
-        {
-            "worker_id": "held",
-            "lease_s": None,
-            "now": None,
-            "tasks": None,
-            "schema_version": pg.latest_schema,
-            "identity": ["held"],
-            "limit": 10,
-            **limited_params(queue, QueueLimits(None, None, None, keyed=True), 10, 1),
-            "window": window,
-        }
+        keyed_claim_params(pg, queue, limit=10, factor=1, worker="held", window=window)
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import done, fetch, ins, pg_setting
+from .helpers import done, fetch, ins, keyed_claim_params, pg_setting
 
 # (query, the index its plan must use)
 PLANNED = [
@@ -103,24 +103,6 @@ def _pg_analyze(backend: Any, name: str, params: dict[str, Any], *settings: str)
     return "\n".join(lines)
 
 
-def _keyed_claim_params(backend: Any, ids: list[int] | None = None) -> dict[str, Any]:
-    """A keyed claim of 100 from queue "q", window 2x, as the backend sends it
-    (``ids``: the candidates job_claim_candidates locked, for job_claim_limited)."""
-    from conveyor.backends.sql.logic import QueueLimits, limited_params
-
-    return {
-        "worker_id": "w",
-        "lease_s": None,
-        "now": None,
-        "tasks": None,
-        "schema_version": backend.latest_schema,
-        "limit": 100,
-        "identity": ["w"],
-        "ids": ids or [],
-        **limited_params("q", QueueLimits(None, None, None, keyed=True), 100, 2),
-    }
-
-
 def _walked(plan: str) -> int:
     """The most rows any join of the plan compared and threw away."""
     return max((int(n) for n in re.findall(r"Rows Removed by Join Filter: (\d+)", plan)), default=0)
@@ -197,7 +179,7 @@ def test_limited_claim_reads_its_window_in_index_order(backend, db_url):
     )
     # enable_sort off: an ordered path is taken, if there is one
     plan = _pg_analyze(
-        backend, "job_claim_candidates", _keyed_claim_params(backend), "SET LOCAL enable_sort = off"
+        backend, "job_claim_candidates", keyed_claim_params(backend), "SET LOCAL enable_sort = off"
     )
     assert "rows=200 loops=1" in plan, plan  # the window: twice the claim
     assert not re.search(r"Sort Key: j_?\d*\.priority DESC", plan), plan
@@ -227,7 +209,7 @@ def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
     backend.job_insert_many(jobs=[ins(queue="other", args=[i]) for i in range(500)])
     backend.job_claim(queues=["other"], worker_id="w", limit=500)  # running, unkeyed
     ids = [r.id for r in keyed][:200]  # the window job_claim_candidates would lock
-    plan = _pg_analyze(backend, "job_claim_limited", _keyed_claim_params(backend, ids))
+    plan = _pg_analyze(backend, "job_claim_limited", keyed_claim_params(backend, ids=ids))
     assert "conveyor_jobs_running_key_idx" in plan, plan
     assert "rows=100 loops=1" in plan, plan
 

@@ -734,7 +734,7 @@ class MySQLBackend(SqlBackend):
         locked = False
         try:
             with self._tx() as cur:
-                if lim.max_running is not None or lim.rate_per_s is not None:
+                if lim.queue_locked:
                     self._q(cur, "limits_lock", {"queue": queue})
                 cands = self._q(
                     cur,

@@ -780,13 +780,7 @@ class PostgresBackend(SqlBackend):
                 # follow see every limited claim of this queue committed before
                 # the lock was ours. A queue limited by its jobs' keys alone
                 # takes none: its claims serialise per key (job_claim_candidates).
-                cur.execute(
-                    Q["limits_lock"],
-                    {
-                        "queue": queue,
-                        "queue_lock": lim.max_running is not None or lim.rate_per_s is not None,
-                    },
-                )
+                cur.execute(Q["limits_lock"], {"queue": queue, "queue_lock": lim.queue_locked})
                 if queue_only:
                     # Only a queue limit: the plain claim, sized by the room left.
                     [running] = self._fetch(cur, "queue_running", {"queue": queue})
@@ -801,18 +795,13 @@ class PostgresBackend(SqlBackend):
                     "job_claim_candidates",
                     {**params, **qparams, "identity": [worker_id, *tags]},
                 )
-                if not cands:
-                    self._windows.update(queue, factor, asked, 0)
-                    return []
-                claim = {
-                    **params,
-                    **qparams,
-                    "limit": asked,
-                    "ids": [r["id"] for r in cands],
-                }
-                claimed = self._fetch(cur, "job_claim_limited", claim)
-                for spend in queue_spends(queue, lim, claimed):
-                    cur.execute(Q["rate_spend"], {**spend, "now": now})
+                claimed: list[Any] = []
+                if cands:
+                    ids = [r["id"] for r in cands]
+                    claim = {**params, **qparams, "limit": asked, "ids": ids}
+                    claimed = self._fetch(cur, "job_claim_limited", claim)
+                    for spend in queue_spends(queue, lim, claimed):
+                        cur.execute(Q["rate_spend"], {**spend, "now": now})
             self._windows.update(queue, factor, asked, len(claimed))
             return claimed
 

@@ -606,7 +606,7 @@ WITH cand AS MATERIALIZED (
     WHERE pg_try_advisory_xact_lock(
               72628375, hashtext('conveyor_jobs'::regclass::oid::text || '/' || key))
 )
-SELECT o.id, o.rate_key IS NOT NULL AS rated
+SELECT o.id
 FROM ordered o
 WHERE (o.concurrency_key IS NULL OR o.concurrency_key IN (SELECT key FROM locked))
   AND (o.rate_key IS NULL OR o.rate_key IN (SELECT key FROM locked))

@@ -145,6 +145,12 @@ class QueueLimits(NamedTuple):
     keyed: bool = False  # jobs with a concurrency or rate key have been sent to it
 
     @property
+    def queue_locked(self) -> bool:
+        """Claims take the queue's lock: it has a limit of its own (a keyed claim
+        locks its keys instead)."""
+        return self.max_running is not None or self.rate_per_s is not None
+
+    @property
     def spend(self) -> dict[str, Any] | None:
         return (
             None if self.rate_per_s is None else {"rate": self.rate_per_s, "burst": self.rate_burst}
