@@ -29,6 +29,14 @@ def test_workers_resume_alone_after_a_restart_and_idle_ones_stay_quiet(cluster, 
         idle = procs.worker(**{**opts, "queues": ["nothing-here"]})
         first = producer.tasks["effect"].send_many([(i,) for i in range(50)])
         wait_until(lambda: len(procs.lines("ran")) >= 50, 60, "the first jobs ran")
+        # Both running before the outage: a worker that cannot reach its database
+        # while it starts exits with the error (on a loaded machine the idle one
+        # was still importing when the server went down, and did so).
+        wait_until(
+            lambda: all(" started: " in w.log.read_text() for w in (busy, idle)),
+            60,
+            "both workers started",
+        )
 
         cluster.stop()
         down_at, cpu_before = time.monotonic(), cpu_seconds(idle.pid)
@@ -40,7 +48,12 @@ def test_workers_resume_alone_after_a_restart_and_idle_ones_stay_quiet(cluster, 
         # the producer's pool holds connections from before the restart
         again = producer.tasks["effect"].send_many([(i,) for i in range(50, 100)])
         wait_until(lambda: len(procs.lines("ran")) >= 100, 60, "jobs ran after the restart")
-        assert {p.poll() for p in (busy, idle)} == {None}  # both still running
+        exited = {name: p.poll() for name, p in (("busy", busy), ("idle", idle))}
+        assert set(exited.values()) == {None}, (  # both still running
+            exited,
+            busy.log.read_text()[-4000:],
+            idle.log.read_text()[-4000:],
+        )
         done = {j.id: producer.get_job(j.id).state for j in [*first, *again]}
         assert set(done.values()) == {"succeeded"}
 
