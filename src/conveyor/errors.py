@@ -12,7 +12,16 @@ class ConfigError(ConveyorError):
 
 
 class DatabaseUnavailable(ConveyorError):
-    """The database could not be reached."""
+    """The database could not be reached.
+
+    ``transient``: the server did not answer yet, or is starting, stopping or
+    restarting (refused, timed out, unknown host, too many connections): trying
+    again later may work. False when it answered no (a wrong password, no such
+    database) or the cause is unknown."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class SchemaError(ConveyorError):

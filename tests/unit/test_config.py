@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from conveyor import ConfigError, Conveyor, DatabaseUnavailable, SerializationError
@@ -14,12 +16,26 @@ def test_unreachable_postgres_is_one_clear_error():
     with pytest.raises(DatabaseUnavailable, match="cannot connect to PostgreSQL") as err:
         open_backend("postgresql://postgres@127.0.0.1:1/nope")
     assert "password" not in str(err.value)
+    assert err.value.transient  # refused: a worker starting waits for it (connect_wait_s)
+
+
+def test_a_postgres_that_answers_no_is_not_transient(pg_database):
+    from urllib.parse import urlsplit, urlunsplit
+
+    from tests.conftest import PG_DEFAULT, PG_ENV
+
+    parts = urlsplit(os.environ.get(PG_ENV, PG_DEFAULT))
+    url = urlunsplit(parts._replace(path="/conveyor_no_such_db"))
+    with pytest.raises(DatabaseUnavailable, match="does not exist") as err:
+        open_backend(url)
+    assert not err.value.transient
 
 
 def test_unreachable_mysql_is_one_clear_error():
     with pytest.raises(DatabaseUnavailable, match="cannot connect to MySQL") as err:
         open_backend("mysql://root:s3cret@127.0.0.1:1/nope")
     assert "s3cret" not in str(err.value)
+    assert err.value.transient
     with pytest.raises(ConfigError, match="names no database"):
         open_backend("mariadb://root@127.0.0.1:3306/")
 

@@ -98,6 +98,17 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     "tasks named module:function, importing them on first use.",
 )
 @click.option(
+    "--wait-for-database",
+    "connect_wait_s",
+    type=click.FloatRange(min=0, max=86400),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="At start, keep trying this long to reach a database that does not answer yet "
+    "(refused, starting up, restarting), then exit with its error. A wrong password or "
+    "database name fails at once. 0: fail at once.",
+)
+@click.option(
     "--grace",
     "grace_s",
     type=click.FloatRange(min=0),
@@ -162,6 +173,7 @@ def worker(
     lease_s: float | None,
     resolver: str,
     grace_s: float,
+    connect_wait_s: float,
     burst: bool,
     tags: str,
     metrics_port: int | None,
@@ -204,6 +216,7 @@ def worker(
         resolver=resolver,
         app_spec=state.app_spec,
         grace_s=grace_s,
+        connect_wait_s=connect_wait_s,
         burst=burst,
         tags=tags,
     )

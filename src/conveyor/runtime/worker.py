@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..errors import ConfigError, UnknownTask
+from ..errors import ConfigError, DatabaseUnavailable, UnknownTask
 from ..hooks import chain_execute
 from ..records import (
     Finalize,
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..app import Conveyor
+    from ..backends.interfaces import Backend
 
 log = logging.getLogger("conveyor.worker")
 #: one line per attempt (see _log_outcome)
@@ -119,6 +120,10 @@ class WorkerConfig:
     flow_poll_s: float = 1.0
     #: run cluster-wide services (leader election, maintenance, flow, cron) here
     services: bool = True
+    #: at start, keep trying this long to reach a database that does not answer
+    #: yet (refused, starting up, restarting) before giving up with its error; a
+    #: database that answers no (a password, a database name) fails at once
+    connect_wait_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
@@ -140,6 +145,10 @@ class WorkerConfig:
             raise ConfigError(
                 "completion_batch must be >= 1 and completion_wait_s between 0 and 10 s, got "
                 f"{self.completion_batch} and {self.completion_wait_s}"
+            )
+        if not 0 <= self.connect_wait_s <= 86400:
+            raise ConfigError(
+                f"connect_wait_s must be between 0 and 86400 s, got {self.connect_wait_s}"
             )
         if self.processes is not None and self.processes < 1:
             raise ConfigError(f"processes must be >= 1, got {self.processes}")
@@ -258,7 +267,7 @@ class Worker:
         cfg = self.config
         self._loop = asyncio.get_running_loop()
         self._loop_ident = threading.get_ident()
-        self.backend = self.app.backend  # opens and migrates; errors surface before we start
+        self.backend = await self._open_backend()  # and migrate; errors surface before we start
         self._schema = self.backend.latest_schema
         self._tasks = self.resolver.names()
         self._warn_unused_queues()
@@ -332,6 +341,36 @@ class Worker:
             c["refused"],
         )
         return self.stats
+
+    async def _open_backend(self) -> Backend:
+        """The app's backend, opened (and migrated). A database that does not
+        answer yet (a server starting or restarting along with its workers) is
+        tried again with backoff for up to connect_wait_s, said once in the log;
+        any other error, or one past that time, is raised as it is."""
+        deadline = time.monotonic() + self.config.connect_wait_s
+        delay, since = 0.25, time.monotonic()
+        while True:
+            try:
+                backend = self.app.backend
+            except DatabaseUnavailable as exc:
+                left = deadline - time.monotonic()
+                if not exc.transient or left <= 0 or self._stop_requested.is_set():
+                    raise
+                if delay == 0.25:
+                    log.warning(
+                        "worker %s: the database does not answer yet; trying again for up to "
+                        "%.0fs (connect_wait_s, --wait-for-database): %s",
+                        self.id,
+                        left,
+                        exc,
+                    )
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, 5.0)
+                continue
+            if delay > 0.25:
+                waited = time.monotonic() - since
+                log.warning("worker %s: the database answers, after %.1fs", self.id, waited)
+            return backend
 
     def _make_executor(self) -> Executor:
         cfg = self.config

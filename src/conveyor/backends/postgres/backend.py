@@ -216,8 +216,23 @@ def _connect_error(url: str, exc: Exception) -> DatabaseUnavailable:
         )
     return DatabaseUnavailable(
         f"cannot connect to PostgreSQL at {redact(url)}: {first}. "
-        "Check that the server is running and the URL (host, port, user, database) is right."
+        "Check that the server is running and the URL (host, port, user, database) is right.",
+        transient=state in (None, "57P01", "57P02", "57P03")
+        and _TRANSIENT.search(str(exc)) is not None
+        and _ANSWERED.search(str(exc)) is None,
     )
+
+
+#: libpq's words for a server that does not answer yet or is going away
+_TRANSIENT = re.compile(
+    r"connection refused|timeout expired|timed out|could not translate host name|"
+    r"no such file or directory|starting up|shutting down|in recovery|too many clients|"
+    r"server closed the connection|connection reset|network is unreachable|"
+    r"no route to host|terminating connection",
+    re.I,
+)
+#: and for a server that answered no: waiting will not change that
+_ANSWERED = re.compile(r"password|authentication|does not exist|pg_hba|ssl|permission", re.I)
 
 
 @contextmanager
