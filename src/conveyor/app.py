@@ -22,7 +22,7 @@ from .backends import open_backend
 from .backends.interfaces import Backend
 from .batch import Batch
 from .cron import Periodic
-from .errors import ConfigError, JobNotFound, SchemaError
+from .errors import ConfigError, DatabaseUnavailable, JobNotFound, SchemaError
 from .flow import Chain, Step, start_chain
 from .hooks import Middleware, run_enqueue_hooks
 from .job import Job
@@ -141,6 +141,36 @@ class Conveyor(ServingMixin):
                         raise
                     self._backend = backend
         return self._backend
+
+    def connect(self, *, wait_s: float = 0.0) -> None:
+        """Open the database now (migrating it, or checking its schema). One that
+        does not answer yet (``DatabaseUnavailable.transient``: refused, starting
+        up, restarting) is tried again with backoff for up to ``wait_s`` seconds,
+        said once in the log; any other error, or one past that time, is raised.
+        What ``conveyor worker`` and ``conveyor server`` do at start
+        (``--wait-for-database``)."""
+        deadline = time.monotonic() + wait_s
+        began, delay = time.monotonic(), 0.25
+        while True:
+            try:
+                self.backend  # noqa: B018 - opens it
+            except DatabaseUnavailable as exc:
+                left = deadline - time.monotonic()
+                if not exc.transient or left <= 0:
+                    raise
+                if delay == 0.25:
+                    log.warning(
+                        "the database does not answer yet; trying again for up to %.0fs "
+                        "(--wait-for-database): %s",
+                        left,
+                        exc,
+                    )
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 5.0)
+                continue
+            if delay > 0.25:
+                log.warning("the database answers, after %.1fs", time.monotonic() - began)
+            return
 
     def _prepare(self, backend: Backend) -> None:
         if self.auto_migrate:

@@ -55,3 +55,46 @@ def test_a_wrong_password_is_not_waited_for(cluster, tmp_path):
         assert "does not answer yet" not in log
     finally:
         procs.cleanup()
+
+
+def test_a_server_started_before_its_database_waits_for_it(cluster, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.ports import free_port
+
+    Conveyor(cluster.url).migrate()
+    cluster.stop()
+    port = free_port()
+    log = tmp_path / "server.log"
+    env = {k: v for k, v in os.environ.items() if k != "CONVEYOR_DATABASE_URL"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "conveyor.cli.main", "-d", cluster.url, "server"),
+                *("--port", str(port), "--wait-for-database", "60"),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: "does not answer yet" in log.read_text(), 30, "the server waiting")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        cluster.start()
+
+        def up() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, 60, "the server answering once its database did")
+        assert "s3cret" not in log.read_text() and PASSWORD not in log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(15)

@@ -54,6 +54,17 @@ log = logging.getLogger("conveyor.server")
     metavar="SECONDS",
     help="The longest a lease request long-polls for work (its wait_s is capped to this).",
 )
+@click.option(
+    "--wait-for-database",
+    "connect_wait_s",
+    type=click.FloatRange(min=0, max=86400),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="At start, keep trying this long to reach a database that does not answer yet "
+    "(refused, starting up, restarting), then exit with its error. A wrong password or "
+    "database name fails at once. 0: fail at once.",
+)
 @click.option("--access-log", is_flag=True, help="Log every request.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @click.option(
@@ -72,6 +83,7 @@ def server(
     services: bool,
     worker_ttl_s: float,
     max_wait_s: float,
+    connect_wait_s: float,
     access_log: bool,
     log_level: str,
     log_format: str,
@@ -93,7 +105,7 @@ def server(
 
     configure_logging(log_level, log_format)
     app = state.app(auto_migrate=True)
-    app.migrate()
+    app.connect(wait_s=connect_wait_s)  # and migrates
     if not app.tokens_configured():
         if not is_loopback(host):
             raise CliError(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..errors import ConfigError, DatabaseUnavailable, UnknownTask
+from ..errors import ConfigError, UnknownTask
 from ..hooks import chain_execute
 from ..records import (
     Finalize,
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..app import Conveyor
-    from ..backends.interfaces import Backend
 
 log = logging.getLogger("conveyor.worker")
 #: one line per attempt (see _log_outcome)
@@ -267,7 +266,10 @@ class Worker:
         cfg = self.config
         self._loop = asyncio.get_running_loop()
         self._loop_ident = threading.get_ident()
-        self.backend = await self._open_backend()  # and migrate; errors surface before we start
+        # Opens and migrates; errors surface before we start (a database that does
+        # not answer yet is waited for, up to connect_wait_s: Conveyor.connect).
+        self.app.connect(wait_s=self.config.connect_wait_s)
+        self.backend = self.app.backend
         self._schema = self.backend.latest_schema
         self._tasks = self.resolver.names()
         self._warn_unused_queues()
@@ -341,36 +343,6 @@ class Worker:
             c["refused"],
         )
         return self.stats
-
-    async def _open_backend(self) -> Backend:
-        """The app's backend, opened (and migrated). A database that does not
-        answer yet (a server starting or restarting along with its workers) is
-        tried again with backoff for up to connect_wait_s, said once in the log;
-        any other error, or one past that time, is raised as it is."""
-        deadline = time.monotonic() + self.config.connect_wait_s
-        delay, since = 0.25, time.monotonic()
-        while True:
-            try:
-                backend = self.app.backend
-            except DatabaseUnavailable as exc:
-                left = deadline - time.monotonic()
-                if not exc.transient or left <= 0 or self._stop_requested.is_set():
-                    raise
-                if delay == 0.25:
-                    log.warning(
-                        "worker %s: the database does not answer yet; trying again for up to "
-                        "%.0fs (connect_wait_s, --wait-for-database): %s",
-                        self.id,
-                        left,
-                        exc,
-                    )
-                await asyncio.sleep(min(delay, left))
-                delay = min(delay * 2, 5.0)
-                continue
-            if delay > 0.25:
-                waited = time.monotonic() - since
-                log.warning("worker %s: the database answers, after %.1fs", self.id, waited)
-            return backend
 
     def _make_executor(self) -> Executor:
         cfg = self.config
