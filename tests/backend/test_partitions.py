@@ -232,3 +232,42 @@ def test_a_day_holding_a_job_of_an_open_batch_is_kept(pg):
     kept = [j for j in jobs if pg.job_get(job_id=j.id) is not None]
     assert len(kept) == 2 and all(pg.job_get(job_id=j.id).batch_id == batch_id for j in kept)
     assert pg.batch_progress(batch_id=batch_id) == {"succeeded": 2}
+
+
+def test_an_idempotency_key_taken_and_finished_while_an_insert_ran_is_not_taken_twice(pg):
+    """The insert's snapshot predates the other job; that job finished (left the
+    live partition, whose unique index alone the insert meets) before the insert
+    reached the index. A trigger of the test's holds the first insert between the
+    two, so the race is run, not hoped for (CI once made two jobs of a cron tick)."""
+    from conveyor.backends.postgres.backend import PostgresBackend
+
+    with psycopg.connect(pg.url, autocommit=True) as c:
+        c.execute("CREATE SEQUENCE race_gate")  # not transactional: nothing waits on it
+        c.execute(
+            "CREATE FUNCTION race_hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.idempotency_key = 'race' AND nextval('race_gate') = 1 THEN "
+            "PERFORM pg_sleep(1.5); END IF; RETURN NEW; END $$"
+        )
+        c.execute(
+            "CREATE TRIGGER race_hold BEFORE INSERT ON conveyor_jobs_live "
+            "FOR EACH ROW EXECUTE FUNCTION race_hold()"
+        )
+    held: dict = {}
+    first = threading.Thread(
+        target=lambda: held.update(r=pg.job_insert_many(jobs=[ins(idempotency_key="race")]))
+    )
+    first.start()
+    time.sleep(0.5)  # the first insert is in the trigger's sleep, its snapshot taken
+    other = PostgresBackend(pg.url)
+    try:
+        [won] = other.job_insert_many(jobs=[ins(idempotency_key="race")])
+        assert won.created
+        [job] = fetch(other, 1)
+        assert other.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == [job.id]
+    finally:
+        other.close()
+    first.join(10)
+    [res] = held["r"]
+    assert (res.id, res.created) == (won.id, False)
+    keyed = pg.job_list(filter=JobFilter(), limit=10)
+    assert [j.id for j in keyed if j.idempotency_key == "race"] == [won.id]

@@ -26,6 +26,7 @@ PG_ONLY = {
     "migration_lock",  # advisory lock; SQLite migrators serialise on the write lock
     "job_add_days",  # the partitions of finished jobs (schema v17)
     "job_drop_days",
+    "job_drop_taken_keys",  # idempotency keys across those partitions
     "limits_lock",  # an advisory lock (the queue's); SQLite serialises its claims
     # under BEGIN IMMEDIATE
     "job_claim_candidates",  # a limited claim's window and its keys' stripe locks

@@ -747,7 +747,12 @@ class PostgresBackend(SqlBackend):
             return [(jid, (None, None)) for jid in self._copy_jobs(cur, [jobs], now)]
         query = Q["job_insert_many"] if keyed else KEYLESS_INSERT
         rows = cur.execute(query, _insert_params(jobs, now)).fetchall()
-        return [(r["id"], (r["unique_key"], r["idempotency_key"])) for r in rows]
+        out = [(r["id"], (r["unique_key"], r["idempotency_key"])) for r in rows]
+        idempotent = [r["id"] for r in rows if r["idempotency_key"]]
+        if idempotent:  # a key taken while the insert ran (job_drop_taken_keys)
+            gone = {r["id"] for r in self._fetch(cur, "job_drop_taken_keys", {"ids": idempotent})}
+            out = [o for o in out if o[0] not in gone]
+        return out
 
     def job_claim(
         self,

@@ -130,6 +130,26 @@ FROM STDIN
 -- job_copy_begin (the change index holds them in id order).
 SELECT id FROM conveyor_jobs WHERE changed = %(change)s::xid8 AND id > %(after)s ORDER BY id
 
+-- name: job_drop_taken_keys
+-- Jobs just inserted whose idempotency key another job holds after all: one whose
+-- insert committed after this transaction's insert statement took its snapshot, and
+-- that finished before the insert reached the live partition's unique index (each
+-- partition's index covers its own jobs only, schema v17; the held CTE of
+-- job_insert_many sees only its snapshot). This statement takes a snapshot of its
+-- own (READ COMMITTED), so it sees that job; ours goes, and the caller finds the
+-- other by its key. Such a job finished after this transaction began (it was
+-- claimed after its insert, which committed after ours took its snapshot): only
+-- the jobs finished since now() are read, through the finished index, instead of
+-- probing every day's key index per job (which doubled a keyed send_many of 1,000).
+-- tests/backend/test_partitions.py races the two.
+DELETE FROM conveyor_jobs n
+WHERE n.id = ANY(%(ids)s::bigint[]) AND {UNFINISHED(n)}
+  AND n.idempotency_key IN (
+      SELECT o.idempotency_key FROM conveyor_jobs o
+      WHERE o.state IN ('succeeded', 'failed', 'cancelled') AND o.finished_at >= now()
+        AND o.idempotency_key IS NOT NULL)
+RETURNING n.id
+
 -- name: job_insert_one
 -- One job without keys (a plain send): scalars instead of arrays, no unnest and
 -- no coalesce, so less for psycopg to encode and the server to run (a send: 360
