@@ -138,6 +138,22 @@ def app_option(fn: F) -> F:
     )(fn)
 
 
+def wait_for_database_option(fn: F) -> F:
+    """``--wait-for-database`` (as ``connect_wait_s``): what ``Conveyor.connect``
+    waits at start for a database that does not answer yet."""
+    return click.option(
+        "--wait-for-database",
+        "connect_wait_s",
+        type=click.FloatRange(min=0, max=86400),
+        default=30.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="At start, keep trying this long to reach a database that does not answer yet "
+        "(refused, starting up, restarting), then exit with its error. A wrong password or "
+        "database name fails at once. 0: fail at once.",
+    )(fn)
+
+
 def load_app(spec: str) -> Conveyor:
     """Import ``module:attr`` and check it is a Conveyor. Every failure is one clear line."""
     module_name, sep, attr = spec.partition(":")

@@ -10,7 +10,7 @@ import click
 from ..errors import redact_url
 from ..observability.logs import configure as configure_logging
 from ..server.context import DEFAULT_MAX_BODY, is_loopback
-from .core import CliError, State, app_option, pass_state
+from .core import CliError, State, app_option, pass_state, wait_for_database_option
 from .worker import LOG_LEVELS
 
 log = logging.getLogger("conveyor.server")
@@ -54,17 +54,7 @@ log = logging.getLogger("conveyor.server")
     metavar="SECONDS",
     help="The longest a lease request long-polls for work (its wait_s is capped to this).",
 )
-@click.option(
-    "--wait-for-database",
-    "connect_wait_s",
-    type=click.FloatRange(min=0, max=86400),
-    default=30.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="At start, keep trying this long to reach a database that does not answer yet "
-    "(refused, starting up, restarting), then exit with its error. A wrong password or "
-    "database name fails at once. 0: fail at once.",
-)
+@wait_for_database_option
 @click.option("--access-log", is_flag=True, help="Log every request.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @click.option(

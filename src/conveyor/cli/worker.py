@@ -12,7 +12,7 @@ import click
 
 from ..app import Conveyor
 from ..runtime.worker import Worker
-from .core import CliError, State, app_option, pass_state
+from .core import CliError, State, app_option, pass_state, wait_for_database_option
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
@@ -97,17 +97,7 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     help="registered: run the app's tasks only (and claim only those). import: also run "
     "tasks named module:function, importing them on first use.",
 )
-@click.option(
-    "--wait-for-database",
-    "connect_wait_s",
-    type=click.FloatRange(min=0, max=86400),
-    default=30.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="At start, keep trying this long to reach a database that does not answer yet "
-    "(refused, starting up, restarting), then exit with its error. A wrong password or "
-    "database name fails at once. 0: fail at once.",
-)
+@wait_for_database_option
 @click.option(
     "--grace",
     "grace_s",

@@ -127,10 +127,10 @@ CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 4031})
 MAX_RETRIES = 8
 #: a connection idle this long is pinged before use
 CHECK_IDLE_S = 2.0
-#: a server that does not answer yet or is going away (a connection refused, the
-#: server gone, shutting down, too many connections); 1045 (access denied) and
-#: 1049 (unknown database) are answers, not outages
-_TRANSIENT_CODES = frozenset({1040, 1053, 2002, 2003, 2005, 2006, 2013})
+#: a server that does not answer yet or is going away: those, and too many
+#: connections, no socket, unknown host; 1045 (access denied) and 1049 (unknown
+#: database) are answers, not outages
+_TRANSIENT_CODES = CONNECTION_ERRORS | {1040, 2002, 2005}
 #: the server ends a session of ours idle this long (wait_timeout)
 SESSION_IDLE_S = 300
 
@@ -343,11 +343,10 @@ class MySQLBackend(SqlBackend):
 
     def _unavailable(self, exc: BaseException) -> DatabaseUnavailable:
         where = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
-        code = exc.args[0] if isinstance(exc, pymysql.Error) and exc.args else None
         return DatabaseUnavailable(
             f"cannot connect to MySQL at {where} (user {self._kwargs['user']}): {exc}. "
             "Check that the server is running and the URL (host, port, user, database) is right.",
-            transient=code in _TRANSIENT_CODES,
+            transient=_code(exc) in _TRANSIENT_CODES,
         )
 
     def _conn(self) -> pymysql.connections.Connection[Any]:
