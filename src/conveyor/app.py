@@ -446,16 +446,25 @@ class Conveyor(ServingMixin):
                 payloads.extend(paid)
             return self.insert_jobs(inserts, payloads=payloads)
 
+        now = datetime.now(UTC)
+        handles = _Handles(self, now)
+        unbound: list[Job] = []
+
         def settled() -> Iterator[Sequence[JobInsert]]:
             for chunk, paid in chunks:
                 chunk = self._settle(chunk)
-                inserts.extend(chunk)
-                payloads.extend(paid)
                 yield chunk
+                # The backend asks for the next chunk once this one is sent: the
+                # handles' fields are built while the server writes it (on
+                # PostgreSQL, 20,000 handles took 90 of a send_many's 300 ms after
+                # the commit, with the server idle).
+                for ins, (args, kwargs) in zip(chunk, paid, strict=True):
+                    unbound.append(handles.unbound(ins, args, kwargs))
 
-        now = datetime.now(UTC)
         results = self.backend.job_insert_stream(chunks=settled())
-        return self._handles(inserts, results, payloads, now)
+        if len(results) != len(unbound):
+            raise RuntimeError(f"the backend wrote {len(results)} jobs of {len(unbound)}")
+        return [job.bind(res.id) for job, res in zip(unbound, results, strict=True)]
 
     def _handles(
         self,
@@ -467,10 +476,7 @@ class Conveyor(ServingMixin):
         """The handles of written jobs, in input order: built from what was sent
         for the jobs this call created, read back for the ones a key named."""
         jobs = []
-        # Jobs sent together differ only in their arguments: one template serves
-        # a run of them.
-        shared: tuple[Any, ...] = ()
-        template: dict[str, Any] = {}
+        handles = _Handles(self, now)
         for n, (ins, res) in enumerate(zip(inserts, results, strict=True)):
             existing = None if res.created else self.backend.job_get(job_id=res.id)
             if existing is not None:
@@ -481,10 +487,7 @@ class Conveyor(ServingMixin):
             else:
                 decoded = json.loads(ins.args_json)
                 args, kwargs = decoded["args"], decoded["kwargs"]
-            fields = ins.but_args()
-            if fields != shared:
-                shared, template = fields, _job_template(self, ins, now)
-            jobs.append(Job.fresh(template, res.id, list(args), dict(kwargs)))
+            jobs.append(handles.unbound(ins, args, kwargs).bind(res.id))
         return jobs
 
     def task_for(self, name: str) -> Task:
@@ -1236,6 +1239,23 @@ def _check_retention(retention: Mapping[str, float | None]) -> dict[str, float |
                 f"or None to keep forever; got {keep!r}"
             )
     return {JobState(k): v for k, v in retention.items()}
+
+
+class _Handles:
+    """The handles of jobs this process just created, before their ids (``Job.unbound``),
+    built without a read-back. Jobs sent together differ only in their arguments:
+    one template serves a run of them."""
+
+    def __init__(self, app: Conveyor, now: datetime) -> None:
+        self.app, self.now = app, now
+        self._shared: tuple[Any, ...] = ()
+        self._template: dict[str, Any] = {}
+
+    def unbound(self, ins: JobInsert, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Job:
+        fields = ins.but_args()
+        if fields != self._shared:
+            self._shared, self._template = fields, _job_template(self.app, ins, self.now)
+        return Job.unbound(self._template, list(args), dict(kwargs))
 
 
 def _job_template(app: Conveyor, ins: JobInsert, now: datetime) -> dict[str, Any]:

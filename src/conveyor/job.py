@@ -54,6 +54,18 @@ class Job(JobRecord):
         state["id"], state["args"], state["kwargs"], state["headers"] = job_id, args, kwargs, {}
         return frozen_record(cls, state)
 
+    @classmethod
+    def unbound(cls, template: dict[str, Any], args: list[Any], kwargs: dict[str, Any]) -> Job:
+        """``fresh`` before the database gave the job its id (``bind`` sets it):
+        built while the database still writes the job (``Conveyor.insert_stream``).
+        Not to be handed out before ``bind``."""
+        return cls.fresh(template, 0, args, kwargs)
+
+    def bind(self, job_id: int) -> Job:
+        """This ``unbound`` handle, with the id the database gave its job."""
+        self.__dict__["id"] = job_id
+        return self
+
     def _require_app(self) -> Conveyor:
         if self._app is None:
             raise RuntimeError(
