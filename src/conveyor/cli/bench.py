@@ -52,7 +52,7 @@ def bench(
 
     \b
     Phases (only the queue `conveyor_bench` is used; its jobs are deleted after each):
-      enqueue  enqueue_many of N jobs (1,000 per call), then N/10 one by one
+      enqueue  enqueue_many of N jobs (1,000 per call), of N in one call, then N/10 one by one
       drain    N no-op jobs run by one `conveyor worker --burst` with its defaults
       latency  200 jobs sent at 50/s to an idle worker: send to handler start
       limits   the drain with a queue limit that never binds, vs unlimited
