@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -100,6 +101,26 @@ def test_notifier_hears_jobs_inserted_by_another_connection(backend, db_url):
     finally:
         notifier.close()
         other.close()
+
+
+def test_closing_a_notifier_ends_its_wait_at_once(backend):
+    """A worker stops without sitting out its listener's wait (0.5 s a stop on
+    PostgreSQL before the wait watched a socket that close() writes to)."""
+    notifier = backend.notifier()
+    returned: list[float] = []
+
+    def wait() -> None:
+        notifier.wait(30)
+        returned.append(time.monotonic())
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)  # in its wait
+    closed_at = time.monotonic()
+    notifier.close()
+    waiter.join(10)
+    assert returned and returned[0] - closed_at < 0.2
+    assert notifier.wait(5) == set()  # closed: returns at once, nothing heard
 
 
 def test_events_notifier_hears_jobs_finishing(backend):

@@ -15,6 +15,7 @@ import math
 import random
 import re
 import select
+import socket
 import threading
 import time
 from collections import deque
@@ -425,13 +426,18 @@ class PostgresNotifier(Notifier):
     When the connection breaks (a server restart, a cut network), or cannot be
     made at all when the notifier is made, it reconnects with the full URL,
     password included, backing off with jitter up to 10 s, and logs the outage
-    once and the recovery once. Meanwhile workers poll."""
+    once and the recovery once. Meanwhile workers poll.
+
+    ``close`` ends a ``wait`` at once (a byte on a socket pair the wait also
+    watches), so a worker stops without sitting out the listener's timeout (0.5 of
+    a `conveyor worker --burst`'s 0.9 s on an empty queue)."""
 
     def __init__(self, url: str, *channels: str) -> None:
         self._url = url
         self._channels = channels
         self._lock = threading.Lock()
         self._closed = False
+        self._woken, self._waker = socket.socketpair()
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._backoff = 0.1
@@ -460,11 +466,16 @@ class PostgresNotifier(Notifier):
             if self._conn is None:
                 return self._reconnect(timeout)
             try:
-                for note in self._conn.notifies(timeout=timeout, stop_after=1):
-                    queues.add(note.payload)
-                # Drain whatever else arrived, without waiting again.
+                # What arrived already (libpq may hold it read), else wait for the
+                # socket or for close(); then everything that arrived, at once.
                 for note in self._conn.notifies(timeout=0.0):
                     queues.add(note.payload)
+                if not queues:
+                    select.select([self._conn.fileno(), self._woken.fileno()], [], [], timeout)
+                    if self._closed:
+                        return queues
+                    for note in self._conn.notifies(timeout=0.0):
+                        queues.add(note.payload)
             except psycopg.OperationalError as exc:
                 if self._closed:
                     return queues
@@ -491,7 +502,7 @@ class PostgresNotifier(Notifier):
         """One attempt when its time has come; otherwise sleep out the timeout."""
         wait = self._retry_at - time.monotonic()
         if wait > 0:
-            time.sleep(min(wait, timeout))
+            select.select([self._woken.fileno()], [], [], min(wait, timeout))  # or close()
             return set()
         try:
             self._conn = self._connect()
@@ -507,14 +518,20 @@ class PostgresNotifier(Notifier):
     def close(self) -> None:
         # Never close the connection under a thread blocked in notifies() on it:
         # libpq would use freed memory. wait() holds the lock and returns within
-        # its timeout, so taking the lock here is enough.
+        # its timeout (or at once, woken here), so taking the lock is enough.
         self._closed = True
+        try:
+            self._waker.send(b"x")
+        except OSError:
+            pass  # closed twice
         with self._lock:
             try:
                 if self._conn is not None:
                     self._conn.close()
             except Exception:
                 pass
+            self._woken.close()
+            self._waker.close()
 
 
 class PostgresBackend(SqlBackend):
