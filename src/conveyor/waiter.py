@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from .backends.interfaces import Backend
+from .backends.interfaces import Backend, Notifier
 
 log = logging.getLogger("conveyor.waiter")
 
@@ -31,6 +31,7 @@ class ChangeWaiter:
         self._cond = threading.Condition()
         self._generation = 0
         self._thread: threading.Thread | None = None
+        self._notifier: Notifier | None = None
         self._closed = False
         self._async: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
@@ -55,6 +56,7 @@ class ChangeWaiter:
         except Exception as exc:  # waiters still poll
             log.warning("change hints unavailable, waiting by polling: %s", exc)
             return
+        self._notifier = notifier
         try:
             while not self._closed:
                 try:
@@ -107,6 +109,9 @@ class ChangeWaiter:
     def close(self) -> None:
         self._closed = True
         self._wake()
+        notifier = self._notifier
+        if notifier is not None:
+            notifier.close()  # ends its wait at once: the thread need not sit it out
         if self._thread is not None:
             self._thread.join(2)
             self._thread = None

