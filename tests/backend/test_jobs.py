@@ -103,6 +103,28 @@ def test_a_stream_of_jobs_is_stored_as_one_statement_stores_it(backend, delay_s)
         assert backend.job_count(filter=JobFilter()) == before
 
 
+def test_a_stream_that_starts_now_keeps_the_delays_of_later_jobs(backend):
+    """PostgreSQL leaves the times of a stream whose first job starts now to column
+    defaults (schema v18); a later job with a delay still gets its due time."""
+    start = backend.changes_head()
+    now, soon, late = ins(args=[0]), ins(args=[1], delay_s=30.0), ins(args=[2], delay_s=90.0)
+    streamed = backend.job_insert_stream(chunks=iter([[now, soon], [now, late, now]]))
+    jobs = [backend.job_get(job_id=r.id) for r in streamed]
+    assert [j.args for j in jobs] == [[0], [1], [0], [2], [0]]
+    assert [r.id for r in streamed] == sorted(r.id for r in streamed)
+    assert [j.state for j in jobs] == [
+        "available", "scheduled", "available", "scheduled", "available"
+    ]  # fmt: skip
+    waits = [(j.scheduled_at - j.created_at).total_seconds() for j in jobs]
+    assert waits == [0.0, 30.0, 0.0, 90.0, 0.0]
+    assert len({j.created_at for j in jobs}) == 1  # one transaction, one moment
+    # the change stamp (a column default too) puts them in the event stream
+    from .test_changes import all_changes
+
+    changed, _ = all_changes(backend, start, expect=len(streamed))
+    assert sorted(c.job.id for c in changed if c.job) == sorted(r.id for r in streamed)
+
+
 def test_insert_many_returns_ids_in_input_order(backend):
     results = backend.job_insert_many(jobs=[ins(args=[i]) for i in range(50)])
     assert [backend.job_get(job_id=r.id).args for r in results] == [[i] for i in range(50)]

@@ -19,6 +19,8 @@ PG_ONLY = {
     "job_copy_begin",  # job_insert_stream by COPY; the others take the whole list
     "job_copy",
     "job_copy_ids",
+    "job_copy_now",  # the same, its times and change stamp left to defaults (v18)
+    "job_copy_delays",
     "job_finalize_many",
     "job_release_many",
     "job_rescue",

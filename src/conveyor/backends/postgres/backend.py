@@ -368,23 +368,30 @@ def _copy_field(value: Any) -> str:
 
 
 class _CopyRows:
-    """Jobs as the text rows of the ``job_copy`` statement. Jobs sent together
-    differ only in their arguments, so the rest of a row is formatted once per
-    run of equal jobs (``JobInsert.but_args``)."""
+    """Jobs as the text rows of the ``job_copy`` statement (``job_copy_now`` with
+    ``starts_now``: no times and no change stamp, their column defaults fill them
+    in; a job with a delay among them is noted in ``delayed``). Jobs sent
+    together differ only in their arguments, so the rest of a row is formatted
+    once per run of equal jobs (``JobInsert.but_args``)."""
 
-    def __init__(self, now: datetime, change: Any) -> None:
-        self.now, self.change = now, change
+    def __init__(self, now: datetime, change: Any, *, starts_now: bool = False) -> None:
+        self.now, self.change, self.starts_now = now, change, starts_now
         self.count = 0
         self.woken: set[str] = set()
+        #: with starts_now: (row number, delay) of each job that does not start now
+        self.delayed: list[tuple[int, float]] = []
         self._shared: tuple[Any, ...] = ()
         self._tail = ""
+        self._delay = 0.0
 
     def format(self, jobs: Sequence[JobInsert]) -> str:
         out = []
-        for job in jobs:
+        for n, job in enumerate(jobs, self.count):
             shared = job.but_args()
             if shared != self._shared:
                 self._shared, self._tail = shared, self._row_tail(job)
+            if self._delay:
+                self.delayed.append((n, self._delay))
             out.append(_copy_text(job.args_json) + self._tail)
         self.count += len(jobs)
         return "".join(out)
@@ -398,7 +405,8 @@ class _CopyRows:
         delay = float(job.delay_s or 0.0)
         if delay <= 0:
             self.woken.add(job.queue)
-        fields = (
+        self._delay = delay if self.starts_now and delay > 0 else 0.0
+        fields: tuple[Any, ...] = (
             job.queue,
             job.task,
             "scheduled" if delay > 0 else "available",
@@ -413,10 +421,13 @@ class _CopyRows:
             job.chain_root,
             job.tenant,
             job.explicit,
-            self.now.isoformat(),
-            (self.now + timedelta(seconds=delay)).isoformat(),
-            str(self.change),
         )
+        if not self.starts_now:
+            fields += (
+                self.now.isoformat(),
+                (self.now + timedelta(seconds=delay)).isoformat(),
+                str(self.change),
+            )
         return "\t" + "\t".join(_copy_field(v) for v in fields) + "\n"
 
 
@@ -737,11 +748,20 @@ class PostgresBackend(SqlBackend):
         and the server writes them while the caller encodes the next chunk, so
         Python's time and the server's overlap instead of adding up. COPY returns
         no ids: the rows this transaction stamped after the ones it had already
-        written (ids only grow) are read back."""
+        written (ids only grow) are read back. When the first job starts now (the
+        usual bulk send), the rows carry no times and no change stamp: their
+        column defaults are the same values (schema v18), and a later job with a
+        delay gets its due time by one UPDATE before the commit."""
         [begun] = self._q(cur, "job_copy_begin", {"now": now})
-        rows = _CopyRows(begun["now"], begun["change"])
-        with cur.copy(Q["job_copy"]) as copy:
-            for jobs in chunks:
+        it = iter(chunks)
+        first = next((c for c in it if c), None)
+        if first is None:
+            return []
+        starts_now = now is None and float(first[0].delay_s or 0.0) <= 0
+        rows = _CopyRows(begun["now"], begun["change"], starts_now=starts_now)
+        with cur.copy(Q["job_copy_now" if starts_now else "job_copy"]) as copy:
+            copy.write(rows.format(first))
+            for jobs in it:
                 if jobs:
                     copy.write(rows.format(jobs))
         read = cur.connection.cursor(row_factory=tuple_row)
@@ -749,6 +769,12 @@ class PostgresBackend(SqlBackend):
         ids = [r[0] for r in read.execute(Q["job_copy_ids"], params)]
         if len(ids) != rows.count:
             raise RuntimeError(f"COPY wrote {len(ids)} jobs of {rows.count}")
+        if rows.delayed:
+            later = {
+                "ids": [ids[n] for n, _ in rows.delayed],
+                "delays": [d for _, d in rows.delayed],
+            }
+            cur.execute(Q["job_copy_delays"], later)
         if rows.woken:
             self._wake(cur, sorted(rows.woken))
         return ids

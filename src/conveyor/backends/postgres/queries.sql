@@ -125,6 +125,22 @@ COPY conveyor_jobs (args, queue, task, state, priority, max_attempts, timeout_s,
                     created_at, scheduled_at, changed)
 FROM STDIN
 
+-- name: job_copy_now
+-- job_copy for jobs that start now (no delay, the server's clock): created_at,
+-- scheduled_at and the change stamp come from their column defaults (schema v18),
+-- which the server does not have to parse on every row.
+COPY conveyor_jobs (args, queue, task, state, priority, max_attempts, timeout_s, backoff,
+                    batch_id, stage, context, chain, chain_root, tenant, explicit)
+FROM STDIN
+
+-- name: job_copy_delays
+-- After job_copy_now, the rare job of the stream that does not start now: its
+-- due time (its row says 'scheduled' already).
+UPDATE conveyor_jobs j SET scheduled_at = j.created_at + make_interval(secs => d.delay_s)
+FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS d(id, delay_s)
+WHERE j.id = d.id AND j.id = ANY(%(ids)s::bigint[])  -- (see "By id" at the top)
+  AND {UNFINISHED(j)}  -- (see "Live" at the top)
+
 -- name: job_copy_ids
 -- The ids COPY gave, in row order: the rows this transaction stamped since
 -- job_copy_begin (the change index holds them in id order).
