@@ -78,7 +78,7 @@ def test_the_migration_from_v16_keeps_every_job(db_url, monkeypatch):
             )
         before = {r.id: r for r in (old.job_get(job_id=s.id) for s in sent) if r}
         counts = _counts(old)
-        assert upgrade() == [17]
+        assert upgrade() == list(range(17, old.latest_schema + 1))
         after = {s.id: old.job_get(job_id=s.id) for s in sent}
         assert after == before  # every job, every field, the same ids
         assert _counts(old) == counts
@@ -92,6 +92,11 @@ def test_the_migration_from_v16_keeps_every_job(db_url, monkeypatch):
         assert new.id > max(s.id for s in sent)
         [dup] = old.job_insert_many(jobs=[ins(args=["u"], unique_key="u1")])
         assert dup.created is False
+        # v18's column defaults: a bulk COPY of jobs that start now
+        streamed = old.job_insert_stream(chunks=[[ins(args=[i]) for i in range(3)]])
+        got = [old.job_get(job_id=r.id) for r in streamed]
+        assert [j.args for j in got] == [[0], [1], [2]]
+        assert all(j.state == "available" and j.scheduled_at == j.created_at for j in got)
 
 
 def test_an_idempotency_key_held_by_a_finished_job_is_refused(pg):

@@ -120,6 +120,18 @@ def test_the_global_stream_filters_by_queue(api, producer):
     assert [e["data"]["queue"] for e in got] == ["emails", "emails"]
 
 
+def scrape_until(api, key: tuple, value: float, timeout: float = 15) -> dict:
+    """A scrape once the histogram sample ``key`` reached ``value``. Histograms are
+    fed from the change stream, which shows a change only once no older transaction
+    is still open anywhere on the server (another test's, under parallel load)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = scrape(api)
+        if m.get(key, 0) >= value or time.monotonic() > deadline:
+            return m
+        time.sleep(0.1)
+
+
 def scrape(api) -> dict:
     r = api.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
@@ -148,7 +160,9 @@ def test_metrics_after_a_known_workload(api, producer):
             for j in jobs
         ],
     )
-    m = scrape(api)
+    run = "conveyor_job_run_seconds_count"
+    failed = (run, (("queue", "default"), ("state", "failed"), ("task", "item")))
+    m = scrape_until(api, failed, 1)
 
     def jobs_gauge(queue, task, state):
         return m.get(("conveyor_jobs", (("queue", queue), ("state", state), ("task", task))), 0)
@@ -162,7 +176,6 @@ def test_metrics_after_a_known_workload(api, producer):
     assert m[("conveyor_batches_open", ())] == 0
     assert m[("conveyor_queue_oldest_waiting_seconds", (("queue", "emails"),))] >= 0
     assert ("conveyor_queue_oldest_waiting_seconds", (("queue", "default"),)) not in m
-    run = "conveyor_job_run_seconds_count"
     assert m[(run, (("queue", "default"), ("state", "succeeded"), ("task", "item")))] == 5
     assert m[(run, (("queue", "default"), ("state", "failed"), ("task", "item")))] == 1
     assert (
@@ -176,7 +189,7 @@ def test_metrics_after_a_known_workload(api, producer):
     while api.get(f"/v1/batches/{bid}").json()["state"] == "running":
         assert time.monotonic() < deadline, "the batch did not close"
         time.sleep(0.1)
-    m = scrape(api)
+    m = scrape_until(api, ("conveyor_batch_completion_seconds_count", ()), 1)
     assert m[("conveyor_batches_open", ())] == 0
     assert m[("conveyor_batch_completion_seconds_count", ())] == 1
     assert m[("conveyor_batch_first_result_seconds_count", ())] == 1
