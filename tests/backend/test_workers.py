@@ -123,6 +123,43 @@ def test_closing_a_notifier_ends_its_wait_at_once(backend):
     assert notifier.wait(5) == set()  # closed: returns at once, nothing heard
 
 
+def test_a_notifier_past_descriptor_1023_still_hears_and_closes(backend, db_url):
+    """A busy process (a server with many clients) has descriptors past 1023,
+    which select() refuses: the notifier's wait must still work there."""
+    import os
+    import resource
+
+    from conveyor.backends import open_backend
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1300:
+        if hard != resource.RLIM_INFINITY and hard < 1300:
+            pytest.skip(f"this process may open {hard} files at most")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1300, hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        notifier = backend.notifier()  # its connection and sockets come past 1023
+        other = open_backend(db_url)
+        try:
+            threading.Timer(0.3, lambda: other.job_insert_many(jobs=[ins(queue="mail")])).start()
+            assert notifier.wait(10) & {"mail", "*"}, "no wake-up arrived for the insert"
+            returned: list[float] = []
+            waiter = threading.Thread(target=lambda: returned.append(len(notifier.wait(30))))
+            waiter.start()
+            time.sleep(0.3)
+            closed_at = time.monotonic()
+            notifier.close()
+            waiter.join(10)
+            assert returned and time.monotonic() - closed_at < 5
+        finally:
+            notifier.close()
+            other.close()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_events_notifier_hears_jobs_finishing(backend):
     notifier = backend.notifier(events=True)
     try:

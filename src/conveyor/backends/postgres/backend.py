@@ -186,10 +186,9 @@ def _check(conn: psycopg.Connection[Any]) -> None:
 
 def _spoke(conn: psycopg.Connection[Any]) -> bool:
     try:
-        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        return _readable([conn.pgconn.socket], 0)
     except (OSError, ValueError, psycopg.OperationalError):
         return True  # no usable socket: let the ping say so
-    return bool(readable)
 
 
 def _network_defaults(url: str) -> dict[str, Any]:
@@ -431,6 +430,18 @@ class _CopyRows:
         return "\t" + "\t".join(_copy_field(v) for v in fields) + "\n"
 
 
+def _readable(fds: list[int], timeout: float) -> bool:
+    """Wait until one of ``fds`` can be read (True), or ``timeout`` seconds pass
+    (False). poll() where there is one: select() refuses descriptors past 1023,
+    which a busy process (a server with many clients) has."""
+    if hasattr(select, "poll"):
+        waiter = select.poll()
+        for fd in fds:
+            waiter.register(fd, select.POLLIN)
+        return bool(waiter.poll(max(0.0, timeout) * 1000))
+    return bool(select.select(fds, [], [], timeout)[0])
+
+
 class PostgresNotifier(Notifier):
     """LISTEN on a dedicated connection; payloads are hints (queue names, ...).
 
@@ -482,7 +493,7 @@ class PostgresNotifier(Notifier):
                 for note in self._conn.notifies(timeout=0.0):
                     queues.add(note.payload)
                 if not queues:
-                    select.select([self._conn.fileno(), self._woken.fileno()], [], [], timeout)
+                    _readable([self._conn.fileno(), self._woken.fileno()], timeout)
                     if self._closed:
                         return queues
                     for note in self._conn.notifies(timeout=0.0):
@@ -513,7 +524,7 @@ class PostgresNotifier(Notifier):
         """One attempt when its time has come; otherwise sleep out the timeout."""
         wait = self._retry_at - time.monotonic()
         if wait > 0:
-            select.select([self._woken.fileno()], [], [], min(wait, timeout))  # or close()
+            _readable([self._woken.fileno()], min(wait, timeout))  # or until close()
             return set()
         try:
             self._conn = self._connect()
