@@ -438,9 +438,9 @@ class Conveyor(ServingMixin):
         with the (args, kwargs) its inserts were encoded from, in one transaction:
         the backend may write a chunk while the next one is encoded. With enqueue
         hooks (which see every job before any is written) it is ``insert_jobs``."""
-        inserts: list[JobInsert] = []
-        payloads: list[tuple[Sequence[Any], Mapping[str, Any]]] = []
         if self.middleware:
+            inserts: list[JobInsert] = []
+            payloads: list[tuple[Sequence[Any], Mapping[str, Any]]] = []
             for chunk, paid in chunks:
                 inserts.extend(chunk)
                 payloads.extend(paid)
