@@ -975,6 +975,30 @@ class Conveyor(ServingMixin):
             conn=conn,
         )
 
+    def create_batch_stream(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        on_complete_json: str | None,
+        total: int,
+        chunks: Callable[[int], Iterable[Sequence[JobInsert]]],
+    ) -> int:
+        """``create_batch`` for ``total`` jobs without keys or limits and no
+        idempotency key, with no enqueue hooks to see them first (the caller
+        checks all three), made by ``chunks(batch_id)`` once the batch row is
+        written: the backend may write a chunk while the next is made."""
+        if self.middleware:
+            raise RuntimeError("create_batch_stream: enqueue hooks must see every job first")
+
+        def settled(batch_id: int) -> Iterator[Sequence[JobInsert]]:
+            for chunk in chunks(batch_id):
+                yield self._settle(chunk)
+
+        return self.backend.batch_create_stream(
+            name=name, task=task, on_complete_json=on_complete_json, total=total, chunks=settled
+        )
+
     def batch_progress(self, batch_id: int) -> dict[str, int]:
         """Jobs of the batch per state (from the per-batch counts the database keeps)."""
         return self.backend.batch_progress(batch_id=_id(batch_id, "batch"))

@@ -525,6 +525,34 @@ class Task:
         template = self.template(**options)
         if distinct_workers:  # each job of this batch on a different worker
             template = template._replace(spread_group=f"batch:{uuid.uuid4().hex}")
+        d = self.defaults
+        if (
+            conn is None
+            and idempotency_key is None
+            and not self.app.middleware
+            and not template.limited
+            and d.concurrency_key is None
+            and not d.rate_limit
+        ):
+            # No keys, no limits, no hooks: the jobs are made in chunks once the
+            # batch row is written (with its id), and the backend may write one
+            # while the next is made (PostgreSQL: COPY).
+            listed = list(items)
+
+            def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
+                made = template._replace(batch_id=batch_id)
+                for start in range(0, len(listed), STREAM_CHUNK):
+                    part = listed[start : start + STREAM_CHUNK]
+                    yield self._inserts(part, made, start)[0]
+
+            batch_id = self.app.create_batch_stream(
+                name=name,
+                task=self.name,
+                on_complete_json=callback,
+                total=len(listed),
+                chunks=chunks,
+            )
+            return Batch(self.app.get_batch(batch_id).record, True, self.app)
         inserts, _ = self._inserts(items, template)
         batch_id, created = self.app.create_batch(
             name=name,

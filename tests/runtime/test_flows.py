@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conveyor import ChainFailed, NextStage, Permanent, chain, current_job
+from conveyor import BadArguments, ChainFailed, NextStage, Permanent, chain, current_job
 
 from .helpers import Running, wait_for
 
@@ -103,6 +103,35 @@ def test_batch_cancel_and_retry_failed(app):
     assert later.cancel() == 5
     with Running(app, flow_poll_s=0.2):
         assert later.wait(timeout=20).state == "cancelled"
+
+
+def test_a_large_batch_is_made_in_chunks_and_a_bad_item_writes_nothing(app):
+    """A batch without keys or limits is written while its items are encoded,
+    a chunk at a time (PostgreSQL: by COPY): every item in order, with the
+    batch's id; an item that fails its check halfway leaves no batch and no job."""
+
+    @app.task
+    def pair(i, label="x"):
+        return i
+
+    batch = pair.batch([(i,) for i in range(1200)] + [{"i": -1, "label": "kw"}], delay=60)
+    assert (batch.total, batch.created, batch.state) == (1201, True, "running")
+    assert app.batch_progress(batch.id) == {"scheduled": 1201}
+    jobs = batch.jobs()
+    assert [j.args for j in jobs[:3]] == [[0], [1], [2]] and jobs[-1].kwargs == {
+        "i": -1,
+        "label": "kw",
+    }
+    assert [j.args for j in jobs[:1200]] == [[i] for i in range(1200)]
+    assert {j.batch_id for j in jobs} == {batch.id}
+    assert pair.batch([]).total == 0
+    before = (len(app.list_batches()), app.count_jobs())
+    assert before == (2, {"scheduled": 1201})
+    with pytest.raises(BadArguments, match="pair"):
+        pair.batch([(i,) for i in range(1000)] + [(1, 2, 3)] + [(i,) for i in range(300)])
+    with pytest.raises(TypeError, match="item 700"):
+        pair.batch([(i,) for i in range(700)] + ["not a tuple"])
+    assert (len(app.list_batches()), app.count_jobs()) == before
 
 
 def test_batch_joins_the_callers_transaction(app):

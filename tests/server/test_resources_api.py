@@ -84,6 +84,14 @@ def test_batches(api, producer):
     assert api.get("/v1/batches/424242/results").status_code == 404
     bad = api.post("/v1/batches", json={"task": "square", "items": []})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "items"]
+    # one oversize item among many (written while they are encoded): a 422, and
+    # neither the batch nor any of its jobs is kept
+    before = (len(api.get("/v1/batches").json()["batches"]), producer.count_jobs(tasks="square"))
+    items = [[i] for i in range(600)] + [["x" * (1 << 20)]] + [[i] for i in range(10)]
+    huge = api.post("/v1/batches", json={"task": "square", "items": items})
+    assert huge.status_code == 422 and "Nothing was enqueued" in huge.text, huge.text
+    after = (len(api.get("/v1/batches").json()["batches"]), producer.count_jobs(tasks="square"))
+    assert after == before
 
 
 def test_queues(api, producer):

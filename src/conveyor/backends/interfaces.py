@@ -15,7 +15,7 @@ without sleeping.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -346,6 +346,24 @@ class FlowStore(abc.ABC):
     ) -> tuple[int, bool]:
         """The batch row and its jobs in one transaction; ``(batch_id, created)``. An
         idempotency key seen before returns the existing batch and writes nothing."""
+
+    @abc.abstractmethod
+    def batch_create_stream(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        on_complete_json: str | None,
+        total: int,
+        chunks: Callable[[int], Iterable[Sequence[JobInsert]]],
+        now: datetime | None = None,
+    ) -> int:
+        """``batch_create`` of ``total`` jobs without keys or limits and with no
+        idempotency key for the batch, in one transaction; the batch's id. The
+        jobs are ``chunks(batch_id)``'s, made with that id: a backend may write
+        the batch row first and each chunk while the next is made (PostgreSQL),
+        or make them all first with ``chunks(0)`` and set the id itself. A count
+        other than ``total`` writes nothing."""
 
     @abc.abstractmethod
     def batch_get(self, *, batch_id: int) -> BatchRecord | None: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -524,6 +524,31 @@ class SqlBackend(Backend):
             if jobs:
                 self._insert_rows(cur, [j._replace(batch_id=batch_id) for j in jobs], ts)
         return batch_id, True
+
+    def batch_create_stream(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        on_complete_json: str | None,
+        total: int,
+        chunks: Callable[[int], Iterable[Sequence[JobInsert]]],
+        now: datetime | None = None,
+    ) -> int:
+        # Here the jobs are all made first, outside the transaction (SQLite's one
+        # writer is not held while they are encoded), then written as one list.
+        jobs = [job for chunk in chunks(0) for job in chunk]
+        if len(jobs) != total:
+            raise RuntimeError(f"a batch of {total} jobs was given {len(jobs)}")
+        batch_id, _ = self.batch_create(
+            name=name,
+            task=task,
+            idempotency_key=None,
+            on_complete_json=on_complete_json,
+            jobs=jobs,
+            now=now,
+        )
+        return batch_id
 
     def batch_get(self, *, batch_id: int) -> BatchRecord | None:
         rows = self._rows("batch_get", {"id": batch_id})
