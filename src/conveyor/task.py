@@ -454,7 +454,11 @@ class Task:
                     f"item {n} for task {self.name!r} is a {type(item).__name__}: pass a tuple "
                     "of positional arguments (e.g. [(1,), (2,)]) or a dict of kwargs"
                 )
-            inserts.append(self._build(args, kwargs, template))
+            try:
+                inserts.append(self._build(args, kwargs, template))
+            except (BadArguments, SerializationError) as exc:
+                # which of (maybe) thousands of items: the message alone does not say
+                raise type(exc)(f"item {n}: {exc}") from exc.__cause__
             payloads.append((args, kwargs))
         return inserts, payloads
 

@@ -127,7 +127,7 @@ def test_a_large_batch_is_made_in_chunks_and_a_bad_item_writes_nothing(app):
     assert pair.batch([]).total == 0
     before = (len(app.list_batches()), app.count_jobs())
     assert before == (2, {"scheduled": 1201})
-    with pytest.raises(BadArguments, match="pair"):
+    with pytest.raises(BadArguments, match="item 1000: bad arguments for task 'pair'"):
         pair.batch([(i,) for i in range(1000)] + [(1, 2, 3)] + [(i,) for i in range(300)])
     with pytest.raises(TypeError, match="item 700"):
         pair.batch([(i,) for i in range(700)] + ["not a tuple"])

@@ -89,7 +89,7 @@ def test_batches(api, producer):
     before = (len(api.get("/v1/batches").json()["batches"]), producer.count_jobs(tasks="square"))
     items = [[i] for i in range(600)] + [["x" * (1 << 20)]] + [[i] for i in range(10)]
     huge = api.post("/v1/batches", json={"task": "square", "items": items})
-    assert huge.status_code == 422 and "Nothing was enqueued" in huge.text, huge.text
+    assert huge.status_code == 422 and "item 600: arguments of task" in huge.text, huge.text
     after = (len(api.get("/v1/batches").json()["batches"]), producer.count_jobs(tasks="square"))
     assert after == before
 
