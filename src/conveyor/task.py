@@ -529,14 +529,11 @@ class Task:
         template = self.template(**options)
         if distinct_workers:  # each job of this batch on a different worker
             template = template._replace(spread_group=f"batch:{uuid.uuid4().hex}")
-        d = self.defaults
         if (
             conn is None
             and idempotency_key is None
             and not self.app.middleware
-            and not template.limited
-            and d.concurrency_key is None
-            and not d.rate_limit
+            and self._plain(template)
         ):
             # No keys, no limits, no hooks: the jobs are made in chunks once the
             # batch row is written (with its id), and the backend may write one
@@ -545,9 +542,7 @@ class Task:
 
             def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
                 made = template._replace(batch_id=batch_id)
-                for start in range(0, len(listed), STREAM_CHUNK):
-                    part = listed[start : start + STREAM_CHUNK]
-                    yield self._inserts(part, made, start)[0]
+                return (inserts for inserts, _ in self._chunks(listed, made))
 
             batch_id = self.app.create_batch_stream(
                 name=name,
@@ -612,8 +607,7 @@ class Task:
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError("send_many cannot share one unique_key/idempotency_key across jobs")
         template = self.template(**options)
-        d = self.defaults
-        if conn is None and not template.limited and d.concurrency_key is None and not d.rate_limit:
+        if conn is None and self._plain(template):
             # No keys to resolve, no limits: the jobs go out in chunks, and the
             # backend may write one while the next is encoded.
             it = iter(items)
@@ -624,8 +618,14 @@ class Task:
         inserts, payloads = self._inserts(items, template)
         return self.app.insert_jobs(inserts, conn=conn, payloads=payloads)
 
+    def _plain(self, template: JobInsert) -> bool:
+        """Jobs of this template need no keys resolved and no limits respected:
+        they may be written as a stream (``_chunks``)."""
+        d = self.defaults
+        return not template.limited and d.concurrency_key is None and not d.rate_limit
+
     def _chunks(
-        self, items: Iterable[Sequence[Any] | Mapping[str, Any]], template: JobInsert
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any] | _Call], template: JobInsert
     ) -> Iterator[tuple[list[JobInsert], list[tuple[Sequence[Any], Mapping[str, Any]]]]]:
         """``items`` encoded ``STREAM_CHUNK`` at a time."""
         it = iter(items)

@@ -505,17 +505,8 @@ class SqlBackend(Backend):
     ) -> tuple[int, bool]:
         ts = self._now(now)
         with self._tx(conn) as cur:
-            rows = self._q(
-                cur,
-                "batch_insert",
-                {
-                    "name": name,
-                    "task": task,
-                    "total": len(jobs),
-                    "now": ts,
-                    "idempotency_key": idempotency_key,
-                    "on_complete": on_complete_json,
-                },
+            rows = self._batch_insert(
+                cur, name, task, len(jobs), ts, idempotency_key, on_complete_json
             )
             if not rows:  # the key named an existing batch: return it, write nothing
                 found = self._q(cur, "batch_find_by_key", {"idempotency_key": idempotency_key})
@@ -524,6 +515,27 @@ class SqlBackend(Backend):
             if jobs:
                 self._insert_rows(cur, [j._replace(batch_id=batch_id) for j in jobs], ts)
         return batch_id, True
+
+    def _batch_insert(
+        self,
+        cur: Any,
+        name: str | None,
+        task: str,
+        total: int,
+        ts: Any,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+    ) -> list[Any]:
+        """The batch row: its id, or no row when ``idempotency_key`` names one already."""
+        params = {
+            "name": name,
+            "task": task,
+            "total": total,
+            "now": ts,
+            "idempotency_key": idempotency_key,
+            "on_complete": on_complete_json,
+        }
+        return self._q(cur, "batch_insert", params)
 
     def batch_create_stream(
         self,
