@@ -184,3 +184,45 @@ def test_no_wake_up_for_a_rolled_back_insert(backend):
     finally:
         conn.close()
         notifier.close()
+
+
+def test_a_workers_own_outcomes_wake_other_workers_but_not_itself(backend):
+    """An outcome that makes work (here a job moving to its next stage) hints its
+    queue to every worker but the one that wrote it, which claims again after each
+    write of its outcomes anyway: hearing it too made a second claim on the same
+    news, which under a full queue limit found nothing (a third of the claims of a
+    drain under max_running=50)."""
+    if not backend.supports("push_notifications"):
+        pytest.skip("polling dialects also hint 'something changed' (*): every worker wakes")
+    from conveyor.records import Finalize
+    from conveyor.runtime.listener import Listener
+
+    woken = {"w1": threading.Event(), "w2": threading.Event()}
+    listeners = [
+        Listener(
+            backend.notifier,
+            ["q"],
+            on_work=woken[me].set,
+            on_flow=lambda: None,
+            on_cancel=lambda: None,
+            me=me,
+        )
+        for me in ("w1", "w2")
+    ]
+    for listener in listeners:
+        listener.start()
+    try:
+        backend.job_insert_many(jobs=[ins()])
+        assert woken["w1"].wait(10) and woken["w2"].wait(10)  # a plain insert: both
+        [job] = fetch(backend, worker="w1")
+        time.sleep(0.3)  # let the insert's hints arrive before listening again
+        for event in woken.values():
+            event.clear()
+        stage = Finalize(job.id, job.lease_token, "available", "stage", next_stage="two")
+        assert backend.job_finalize_many(worker_id="w1", outcomes=[stage]) == [job.id]
+        assert woken["w2"].wait(10), "the other worker heard nothing"
+        time.sleep(0.3)
+        assert not woken["w1"].is_set(), "the writer woke on its own outcome's hint"
+    finally:
+        for listener in listeners:
+            listener.stop()

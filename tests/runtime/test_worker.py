@@ -318,6 +318,33 @@ def test_a_hint_wakes_the_fetch_thread_and_it_claims_at_once(app):
     assert not worker._wake.is_set()  # the hint was for this claim; the next one waits
 
 
+def test_a_claim_after_a_wait_asks_for_the_slots_free_by_then(app):
+    """The claim loop counts free slots before the fetch thread waits; under a
+    queue limit the wait is for this worker's own outcomes, whose jobs held slots
+    when they were counted. A claim for the old count filled the limit, looked full,
+    and the next claim, made at once, found nothing (a third of the claims of a
+    drain under max_running=50). The fetch thread counts again after the wait."""
+
+    @app.task
+    def noop() -> None: ...
+
+    noop.send_many([() for _ in range(12)])
+    worker = _claimer(app, concurrency=10)
+    # The loop counted 2 free slots of 10; meanwhile 6 of the 8 jobs it ran finished
+    # and their outcomes were written (which wakes the fetch thread): 2 still run.
+    worker.running = {-1: None, -2: None}  # type: ignore[dict-item]
+    worker._hinted()
+    claimed = worker._claim_when_woken(wait=30, left=threading.Event(), queues=["default"], limit=2)
+    assert claimed is not None
+    jobs, _, asked = claimed
+    assert (len(jobs), asked) == (8, 8)  # the 8 slots free now, not the 2 counted before
+    # claimed at once (no wait): the count the loop made stands
+    claimed = worker._claim_when_woken(
+        wait=None, left=threading.Event(), queues=["default"], limit=1
+    )
+    assert claimed is not None and (len(claimed[0]), claimed[2]) == (1, 1)
+
+
 def test_a_fetch_thread_whose_loop_left_or_that_is_stopping_claims_nothing(app):
     """The fetch thread waits for work itself; woken after the claim loop was
     cancelled (it set `left`) or the worker began to stop, it must not claim: the jobs

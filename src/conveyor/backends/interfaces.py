@@ -53,15 +53,29 @@ CAPABILITIES = frozenset(
 )
 
 
+#: Between a queue and a worker's id in a work hint that worker's own outcomes
+#: sent (``sent_by``).
+SENDER = "\x1f"
+
+
+def sent_by(queue: str, worker_id: str) -> str:
+    """The work hint for ``queue`` that the outcomes of worker ``worker_id`` send.
+    That worker claims again after each write of its outcomes anyway, so it skips
+    this hint (a second claim on the same news finds nothing under a full limit);
+    every other worker takes it as it takes ``queue``."""
+    return f"{queue}{SENDER}{worker_id}"
+
+
 class Notifier(abc.ABC):
     """A source of hints that a queue may have work. Hints may be lost or spurious:
     the worker always polls as well."""
 
     @abc.abstractmethod
     def wait(self, timeout: float) -> set[str]:
-        """Block up to ``timeout`` seconds; return the queues hinted at (may be empty).
-        ``"*"`` means anything may have changed; ``"@flow"``, ``"@cancel"`` and
-        ``"@done"`` hint at batches and chains, cancel or stop requests, finished jobs."""
+        """Block up to ``timeout`` seconds; return the queues hinted at (may be empty),
+        each a queue's name or ``sent_by(queue, worker_id)``. ``"*"`` means anything
+        may have changed; ``"@flow"``, ``"@cancel"`` and ``"@done"`` hint at batches
+        and chains, cancel or stop requests, finished jobs."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -81,6 +81,9 @@ class Completer:
             else:
                 seen.add(o.job_id)
                 batch.append(o)
+        # counted as being written before they leave the queue: the backlog, which
+        # the worker's fetch thread reads too, never looks smaller than it is
+        self._writing = len(batch)
         self._pending = rest
         return batch
 
@@ -94,7 +97,6 @@ class Completer:
             self._ready.clear()
             while self._pending:
                 batch = self._take()
-                self._writing = len(batch)
                 try:
                     accepted = set(await self._flush(batch))
                 except DatabaseUnavailable as exc:  # away: keep the outcomes, try again

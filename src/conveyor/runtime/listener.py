@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from ..backends.interfaces import Notifier
+from ..backends.interfaces import SENDER, Notifier, sent_by
 from .service import Health
 
 log = logging.getLogger("conveyor.worker")
@@ -25,9 +25,14 @@ class Listener:
         on_work: Callable[[], None],
         on_flow: Callable[[], None],
         on_cancel: Callable[[], None],
+        me: str | None = None,
     ) -> None:
         self._make = notifier
         self._queues = set(queues)
+        # hints from other workers' outcomes (sent_by); this worker's own are
+        # skipped: it claims again after each write of its outcomes anyway
+        self._from = tuple(q + SENDER for q in self._queues)
+        self._mine = {sent_by(q, me) for q in self._queues} if me is not None else set()
         self._on_work = on_work
         self._on_flow = on_flow
         self._on_cancel = on_cancel
@@ -51,12 +56,17 @@ class Listener:
             if not hints:
                 continue
             anything = "*" in hints
-            if anything or hints & self._queues:
+            if anything or self._work(hints):
                 self._on_work()
             if anything or "@flow" in hints:
                 self._on_flow()
             if "@cancel" in hints:
                 self._on_cancel()
+
+    def _work(self, hints: set[str]) -> bool:
+        if hints & self._queues:
+            return True
+        return any(h.startswith(self._from) for h in hints - self._mine)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()

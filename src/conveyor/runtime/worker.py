@@ -395,6 +395,7 @@ class Worker:
                 on_work=self._hinted,
                 on_flow=(lambda: flow.wake()) if flow is not None else (lambda: None),
                 on_cancel=self.heartbeat.wake,
+                me=self.id,
             )
         )
         return services
@@ -499,10 +500,10 @@ class Worker:
                 continue
             if claimed is None:  # stopping, woken before the claim
                 break
-            jobs, took = claimed
+            jobs, took, asked = claimed
             self._hook("on_claimed", jobs, took)
             queues = queues[1:] + queues[:1]  # no queue always goes first
-            more = len(jobs) == limit
+            more = len(jobs) == asked
             poll = 0.05 if jobs else min(poll * 2, cfg.poll_s)
             for job in jobs:
                 self._start(job)
@@ -513,14 +514,25 @@ class Worker:
 
     def _claim_when_woken(
         self, *, wait: float | None, left: threading.Event, queues: list[str], limit: int
-    ) -> tuple[list[JobRecord], float] | None:
+    ) -> tuple[list[JobRecord], float, int] | None:
         """In the fetch thread: wait up to ``wait`` seconds for new work (None: claim
-        at once), then claim up to ``limit`` jobs; the jobs and the claim's duration.
-        None when the worker is stopping (or the loop stopped awaiting) first: no job
-        is claimed then. ``limit`` was counted before the wait; slots only free up
-        meanwhile, so it never over-claims."""
+        at once), then claim up to ``limit`` jobs, or more if slots freed up during the
+        wait; the jobs, the claim's duration and how many it asked for. None when the
+        worker is stopping (or the loop stopped awaiting) first: no job is claimed
+        then.
+
+        Slots are counted again after the wait: under a queue limit the wait is for
+        this worker's own outcomes, whose jobs held slots when ``limit`` was counted.
+        Claiming only for those slots, a claim that filled the limit again looked
+        full, and the next claim, made at once, found nothing. Only this thread adds
+        running jobs (the loop starts each claim's jobs before it asks for the next),
+        so slots only free up meanwhile. A count read while the loop moves a job from
+        running to the completer's queue may free one slot too many; unwritten
+        outcomes count only while they exceed the slots, and then that one slot is
+        still among them."""
         if wait is not None:
             self._wake.wait(wait)
+            limit = max(limit, min(self._free(), self.config.batch))
         if self._stopping or left.is_set():
             return None
         self._wake.clear()  # a hint from now on is for the next claim
@@ -533,7 +545,7 @@ class Worker:
             tags=self.config.tags,
             schema_version=self._schema,
         )
-        return jobs, time.perf_counter() - began
+        return jobs, time.perf_counter() - began, limit
 
     async def _anything_waiting(self) -> bool:
         """Burst mode: is a job this worker could run still waiting (a limit may be

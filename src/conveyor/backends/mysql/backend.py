@@ -55,7 +55,7 @@ from ...records import (
     RescueResult,
     WorkerInfo,
 )
-from ..interfaces import Notifier
+from ..interfaces import Notifier, sent_by
 from ..sql.backend import SqlBackend, chunks
 from ..sql.loader import Dialect, load_migrations, load_queries
 from ..sql.logic import (
@@ -912,7 +912,7 @@ class MySQLBackend(SqlBackend):
                     continue
                 row, before = after[o.job_id], held[o.job_id]
                 if row["state"] == JobState.AVAILABLE:
-                    hints.add(row["queue"])
+                    hints.add(sent_by(row["queue"], worker_id))
                 elif row["state"] in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
                     hints.add("@done")
                     if before["flow"]:

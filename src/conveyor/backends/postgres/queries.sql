@@ -331,11 +331,14 @@ WITH i AS (
     RETURNING j.id, j.queue, j.state, j.attempt, j.started_at, j.error,
               (j.batch_id IS NOT NULL OR j.chain IS NOT NULL) AS flow
 ), woken AS (
-    SELECT pg_notify(%(channel)s, q) FROM (
-        SELECT DISTINCT queue AS q FROM done WHERE state = 'available'
+    -- Queue hints name this worker (chr(31), interfaces.sent_by): it claims again
+    -- after this write anyway, so it skips them; other workers take them.
+    SELECT pg_notify(%(channel)s, h) FROM (
+        SELECT DISTINCT queue || chr(31) || %(worker_id)s AS h FROM done
+        WHERE state = 'available'
         UNION
         -- a job leaving 'running' in a limited queue makes room: wake its workers
-        SELECT DISTINCT d.queue FROM done d
+        SELECT DISTINCT d.queue || chr(31) || %(worker_id)s FROM done d
         WHERE EXISTS (SELECT 1 FROM conveyor_queues q
                       WHERE q.name = d.queue AND (q.max_running IS NOT NULL OR q.keyed))
         UNION
