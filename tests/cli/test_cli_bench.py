@@ -17,7 +17,15 @@ def test_bench_measures_and_leaves_other_jobs_alone(invoke: Invoke, db_url: str)
     app.close()
 
     result = invoke(
-        "bench", "--jobs", "200", "--phases", "enqueue,drain,limits", "--json", url=db_url
+        "bench",
+        "--jobs",
+        "200",
+        "--rounds",
+        "1",
+        "--phases",
+        "enqueue,drain,limits",
+        "--json",
+        url=db_url,
     )
 
     assert result.exit_code == 0, result.output
@@ -27,6 +35,8 @@ def test_bench_measures_and_leaves_other_jobs_alone(invoke: Invoke, db_url: str)
     assert r["enqueue"]["bulk_jobs_per_s"] > 0 and r["enqueue"]["one_jobs_per_s"] > 0
     assert r["drain"]["jobs_per_s"] > 0  # the worker ran all 200 (bench checks the count)
     assert r["limits"]["queue_limit_1000"]["jobs_per_s"] > 0
+    # each limited drain is compared with the unlimited one beside it
+    assert len(r["limits"]["unlimited"]["runs"]) == len(r["limits"]["round_ratios"]) == 1
     app = Conveyor(db_url)
     try:
         assert app.get_job(mine.id).state == "available"
@@ -40,6 +50,12 @@ def test_bench_refuses_an_unknown_phase(invoke: Invoke, tmp_path) -> None:
     result = invoke("bench", "--phases", "drain,warp", url=f"sqlite:///{tmp_path / 'b.db'}")
     assert result.exit_code == 2
     assert "unknown phase(s) warp" in result.output
+
+
+def test_bench_refuses_zero_rounds(invoke: Invoke, tmp_path) -> None:
+    result = invoke("bench", "--rounds", "0", url=f"sqlite:///{tmp_path / 'b.db'}")
+    assert result.exit_code == 2
+    assert "--rounds" in result.output
 
 
 def test_bench_with_pgqueuer_needs_postgresql(invoke: Invoke, tmp_path) -> None:

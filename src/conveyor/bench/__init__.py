@@ -8,11 +8,14 @@ each phase; nothing else in the database is read or changed):
 - ``drain``: N no-op jobs waiting, then one real ``conveyor worker --burst``
   process with the CLI's defaults; jobs/s from the first handler start to the
   last handler end (as the shared peer harness measures every queue), and with
-  the worker's start-up included.
+  the worker's start-up included; the median of ``rounds`` drains, each listed.
 - ``latency``: one idle ``conveyor worker`` (defaults); 200 jobs sent at 50/s;
   the delay from each send to its handler's start, p50 / p99.
-- ``limits``: the drain again with a queue limit (``max_running``) of 1,000 that
-  never binds (the worker runs 100 at most), as a ratio to the unlimited drain.
+- ``limits``: ``rounds`` pairs of drains, one with a queue limit
+  (``max_running``) of 1,000 that never binds (the worker runs 100 at most), one
+  without, in alternating order; the median of the pairs' ratios (a machine's
+  speed drifts between minutes more than a limit costs, so each limited drain is
+  compared with the unlimited one beside it).
 
 With ``pgqueuer`` importable and a PostgreSQL URL, ``--pgqueuer`` also runs
 PgQueuer's bulk enqueue and its drain at batch 100 and at its default batch 10 in
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,10 +66,12 @@ def _pct(values: list[float], p: float) -> float:
 
 
 class Bench:
-    def __init__(self, url: str, jobs: int, say: Callable[[str], None]) -> None:
+    def __init__(self, url: str, jobs: int, say: Callable[[str], None], rounds: int = 1) -> None:
         if jobs < 10:
             raise ConfigError(f"--jobs must be at least 10, got {jobs}")
-        self.url, self.jobs, self.say = url, jobs, say
+        if rounds < 1:
+            raise ConfigError(f"--rounds must be at least 1, got {rounds}")
+        self.url, self.jobs, self.say, self.rounds = url, jobs, say, rounds
         self.app = Conveyor(url)
         self.app.migrate()
         self.report = Report(redact_url(url), jobs)
@@ -147,22 +153,35 @@ class Bench:
         }
 
     def phase_drain(self) -> None:
-        self.say(f"drain: {self.jobs:,} no-op jobs, one `conveyor worker --burst` (CLI defaults)")
-        self.report.results["drain"] = self.drain()
+        runs = []
+        for r in range(self.rounds):
+            self.say(
+                f"drain: {self.jobs:,} no-op jobs, one `conveyor worker --burst` (CLI defaults)"
+                f" ({r + 1}/{self.rounds})"
+            )
+            runs.append(self.drain())
+        self.report.results["drain"] = _medians(runs)
 
     def phase_limits(self) -> None:
-        if "drain" not in self.report.results:
-            self.phase_drain()
-        self.say("limits: the drain again, with a queue limit of 1,000 that never binds")
-        self.app.set_queue_limit(QUEUE, 1_000, force=True)
-        try:
-            limited = self.drain()
-        finally:
-            self.app.set_queue_limit(QUEUE, None, force=True)
-        base = self.report.results["drain"]["jobs_per_s"]
+        limited, unlimited, ratios = [], [], []
+        for r in range(self.rounds):
+            pair = {}
+            for limit in (1_000, None) if r % 2 == 0 else (None, 1_000):
+                what = "with a queue limit of 1,000 that never binds" if limit else "unlimited"
+                self.say(f"limits: the drain {what} ({r + 1}/{self.rounds})")
+                self.app.set_queue_limit(QUEUE, limit, force=True)
+                try:
+                    pair[limit] = self.drain()
+                finally:
+                    self.app.set_queue_limit(QUEUE, None, force=True)
+            limited.append(pair[1_000])
+            unlimited.append(pair[None])
+            ratios.append(round(pair[1_000]["jobs_per_s"] / pair[None]["jobs_per_s"], 2))
         self.report.results["limits"] = {
-            "queue_limit_1000": limited,
-            "ratio_to_unlimited": round(limited["jobs_per_s"] / base, 2),
+            "queue_limit_1000": _medians(limited),
+            "unlimited": _medians(unlimited),
+            "round_ratios": ratios,
+            "ratio_to_unlimited": round(statistics.median(ratios), 2),
         }
 
     def phase_latency(self, count: int = 200, rate: float = 50.0) -> None:
@@ -193,7 +212,9 @@ class Bench:
     def phase_pgqueuer(self) -> None:
         from . import pgq
 
-        self.report.results["pgqueuer"] = pgq.run(self.url, self.jobs, self._tmp, self.say)
+        self.report.results["pgqueuer"] = pgq.run(
+            self.url, self.jobs, self._tmp, self.say, rounds=self.rounds
+        )
         ours, theirs = self.report.results, self.report.results["pgqueuer"]
         if "drain" in ours:
             d = ours["drain"]["jobs_per_s"]
@@ -206,12 +227,22 @@ class Bench:
             self.report.ratios["bulk_enqueue_vs_pgqueuer"] = round(b / theirs["bulk_jobs_per_s"], 2)
 
 
+def _medians(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """The median of each figure of ``runs`` (drains), and the runs' jobs/s."""
+    return {
+        "jobs_per_s": round(statistics.median(r["jobs_per_s"] for r in runs)),
+        "wall_jobs_per_s": round(statistics.median(r["wall_jobs_per_s"] for r in runs)),
+        "runs": [r["jobs_per_s"] for r in runs],
+    }
+
+
 def run(
     url: str,
     jobs: int = 20_000,
     phases: tuple[str, ...] = PHASES,
     pgqueuer: bool = False,
     say: Callable[[str], None] = lambda _m: None,
+    rounds: int = 3,
 ) -> Report:
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
@@ -222,7 +253,7 @@ def run(
         from . import pgq
 
         pgq.check()  # before any phase: a missing package fails at once
-    bench = Bench(url, jobs, say)
+    bench = Bench(url, jobs, say, rounds)
     try:
         bench.clear()
         for phase in PHASES:  # in this order whatever the order asked
@@ -233,6 +264,15 @@ def run(
     finally:
         bench.close()
     return bench.report
+
+
+def _of(runs: list[Any]) -> str:
+    return f", median of {len(runs)}" if len(runs) > 1 else ""
+
+
+def _runs(figures: dict[str, Any]) -> str:
+    runs = figures["runs"]
+    return f" (runs: {', '.join(f'{x:,}' for x in runs)})" if len(runs) > 1 else ""
 
 
 def markdown(report: Report) -> str:
@@ -260,17 +300,26 @@ def markdown(report: Report) -> str:
         d = r["drain"]
         rows.append(
             (
-                "drain, `conveyor worker` defaults",
-                f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} with start-up)",
+                f"drain, `conveyor worker` defaults{_of(d['runs'])}",
+                f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} with start-up){_runs(d)}",
             )
         )
     if "limits" in r:
         lim = r["limits"]
+        rounds = lim["round_ratios"]
         rows.append(
             (
-                "drain with a queue limit that never binds",
-                f"{lim['queue_limit_1000']['jobs_per_s']:,} jobs/s"
-                f" ({lim['ratio_to_unlimited']:.2f}x unlimited)",
+                f"drain with a queue limit that never binds{_of(rounds)}",
+                f"{lim['queue_limit_1000']['jobs_per_s']:,} jobs/s{_runs(lim['queue_limit_1000'])}"
+                f"; unlimited beside it {lim['unlimited']['jobs_per_s']:,}"
+                f"{_runs(lim['unlimited'])}",
+            )
+        )
+        rows.append(
+            (
+                "limited / unlimited, median of the rounds' ratios",
+                f"{lim['ratio_to_unlimited']:.2f}x"
+                + (f" (rounds {', '.join(f'{x:.2f}' for x in rounds)})" if len(rounds) > 1 else ""),
             )
         )
     if "latency" in r:
@@ -284,7 +333,13 @@ def markdown(report: Report) -> str:
     if "pgqueuer" in r:
         p = r["pgqueuer"]
         rows.append((f"PgQueuer {p['version']} bulk enqueue", f"{p['bulk_jobs_per_s']:,} jobs/s"))
-        rows.append(("PgQueuer drain, batch 100", f"{p['drain_batch100']:,} jobs/s"))
+        runs = p.get("drain_batch100_runs", [p["drain_batch100"]])
+        rows.append(
+            (
+                f"PgQueuer drain, batch 100{_of(runs)}",
+                f"{p['drain_batch100']:,} jobs/s{_runs({'runs': runs})}",
+            )
+        )
         rows.append(("PgQueuer drain, batch 10 (its default)", f"{p['drain_batch10']:,} jobs/s"))
     for name, ratio in report.ratios.items():
         rows.append((name.replace("_", " "), f"**{ratio:.2f}x**"))

@@ -1,13 +1,15 @@
 """PgQueuer in the same run as ``conveyor bench --pgqueuer`` (its own API only):
 bulk enqueue of N no-op jobs, then their drain by one PgQueuer worker process at
-batch 100 and at its default batch 10. PgQueuer's tables are installed in the
-database when missing, and its queue is emptied before and after."""
+batch 100 (as many times as ``--rounds``) and at its default batch 10. PgQueuer's
+tables are installed in the database when missing, and its queue is emptied
+before and after."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -69,15 +71,23 @@ def check() -> Any:
         ) from None
 
 
-def run(url: str, n: int, tmp: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def run(url: str, n: int, tmp: Path, say: Callable[[str], None], rounds: int = 1) -> dict[str, Any]:
+    """PgQueuer's bulk enqueue, its drain at batch 100 ``rounds`` times (the median
+    and each run) and at batch 10 once."""
     pgqueuer = check()
     dsn = _dsn(url)
     result: dict[str, Any] = {"version": pgqueuer.__version__}
     say(f"pgqueuer: {n:,} jobs by Queries.enqueue, calls of 1,000")
     result["bulk_jobs_per_s"] = round(asyncio.run(_enqueue(dsn, n, install=True)))
-    for batch in (100, 10):
-        say(f"pgqueuer: drain of {n:,} no-op jobs, one worker, batch_size={batch}")
-        if batch != 100:
+    runs = []
+    for r in range(rounds):
+        say(f"pgqueuer: drain of {n:,} no-op jobs, one worker, batch_size=100 ({r + 1}/{rounds})")
+        if r:
             asyncio.run(_enqueue(dsn, n, install=False))
-        result[f"drain_batch{batch}"] = _drain(dsn, n, batch, tmp)
+        runs.append(_drain(dsn, n, 100, tmp))
+    result["drain_batch100"] = round(statistics.median(runs))
+    result["drain_batch100_runs"] = runs
+    say(f"pgqueuer: drain of {n:,} no-op jobs, one worker, batch_size=10")
+    asyncio.run(_enqueue(dsn, n, install=False))
+    result["drain_batch10"] = _drain(dsn, n, 10, tmp)
     return result

@@ -29,6 +29,14 @@ from .core import State, pass_state
     help="Comma-separated phases to run.",
 )
 @click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Drains per figure (the median is reported, each run listed); the limits "
+    "phase alternates limited and unlimited drains this many times.",
+)
+@click.option(
     "--pgqueuer",
     is_flag=True,
     help="Also run PgQueuer (pip install pgqueuer) in the same run and print the ratios. "
@@ -45,7 +53,13 @@ from .core import State, pass_state
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @pass_state
 def bench(
-    state: State, jobs: int, phases: str, pgqueuer: bool, local_url: str | None, as_json: bool
+    state: State,
+    jobs: int,
+    rounds: int,
+    phases: str,
+    pgqueuer: bool,
+    local_url: str | None,
+    as_json: bool,
 ) -> None:
     """Measure Conveyor on the database given with -d (or $CONVEYOR_DATABASE_URL),
     or on a throwaway SQLite file when none is given.
@@ -55,7 +69,7 @@ def bench(
       enqueue  enqueue_many of N jobs (1,000 per call), of N in one call, then N/10 one by one
       drain    N no-op jobs run by one `conveyor worker --burst` with its defaults
       latency  200 jobs sent at 50/s to an idle worker: send to handler start
-      limits   the drain with a queue limit that never binds, vs unlimited
+      limits   the drain with a queue limit that never binds, vs unlimited beside it
 
     \b
     conveyor bench                                   embedded SQLite, in a temp dir
@@ -74,7 +88,7 @@ def bench(
 
     say(f"database: {redact_url(url)}")
     try:
-        report = run(url, jobs, chosen, pgqueuer=pgqueuer, say=say)
+        report = run(url, jobs, chosen, pgqueuer=pgqueuer, say=say, rounds=rounds)
     finally:
         if tmp is not None:
             tmp.cleanup()
