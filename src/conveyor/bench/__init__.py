@@ -66,7 +66,7 @@ def _pct(values: list[float], p: float) -> float:
 
 
 class Bench:
-    def __init__(self, url: str, jobs: int, say: Callable[[str], None], rounds: int = 1) -> None:
+    def __init__(self, url: str, jobs: int, say: Callable[[str], None], rounds: int) -> None:
         if jobs < 10:
             raise ConfigError(f"--jobs must be at least 10, got {jobs}")
         if rounds < 1:
@@ -270,8 +270,7 @@ def _of(runs: list[Any]) -> str:
     return f", median of {len(runs)}" if len(runs) > 1 else ""
 
 
-def _runs(figures: dict[str, Any]) -> str:
-    runs = figures["runs"]
+def _runs(runs: list[Any]) -> str:
     return f" (runs: {', '.join(f'{x:,}' for x in runs)})" if len(runs) > 1 else ""
 
 
@@ -301,7 +300,8 @@ def markdown(report: Report) -> str:
         rows.append(
             (
                 f"drain, `conveyor worker` defaults{_of(d['runs'])}",
-                f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} with start-up){_runs(d)}",
+                f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} with start-up)"
+                f"{_runs(d['runs'])}",
             )
         )
     if "limits" in r:
@@ -310,9 +310,10 @@ def markdown(report: Report) -> str:
         rows.append(
             (
                 f"drain with a queue limit that never binds{_of(rounds)}",
-                f"{lim['queue_limit_1000']['jobs_per_s']:,} jobs/s{_runs(lim['queue_limit_1000'])}"
+                f"{lim['queue_limit_1000']['jobs_per_s']:,} jobs/s"
+                f"{_runs(lim['queue_limit_1000']['runs'])}"
                 f"; unlimited beside it {lim['unlimited']['jobs_per_s']:,}"
-                f"{_runs(lim['unlimited'])}",
+                f"{_runs(lim['unlimited']['runs'])}",
             )
         )
         rows.append(
@@ -333,11 +334,11 @@ def markdown(report: Report) -> str:
     if "pgqueuer" in r:
         p = r["pgqueuer"]
         rows.append((f"PgQueuer {p['version']} bulk enqueue", f"{p['bulk_jobs_per_s']:,} jobs/s"))
-        runs = p.get("drain_batch100_runs", [p["drain_batch100"]])
+        runs = p["drain_batch100_runs"]
         rows.append(
             (
                 f"PgQueuer drain, batch 100{_of(runs)}",
-                f"{p['drain_batch100']:,} jobs/s{_runs({'runs': runs})}",
+                f"{p['drain_batch100']:,} jobs/s{_runs(runs)}",
             )
         )
         rows.append(("PgQueuer drain, batch 10 (its default)", f"{p['drain_batch10']:,} jobs/s"))
