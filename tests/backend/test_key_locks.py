@@ -9,13 +9,12 @@ its COMMIT.)"""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-
-from conveyor.backends.sql.logic import QueueLimits, queue_spends
 
 from .helpers import fetch, ins, keyed_claim_params
 
@@ -33,19 +32,27 @@ def _params(pg, queue: str, window: int = 10) -> dict[str, Any]:
     )
 
 
+def _call(pg, queue: str, *, queue_lock: bool = False, **kw: Any) -> dict[str, Any]:
+    """The parameters of the limited claim's one call (job_claim_limited_call)."""
+    return {
+        **_params(pg, queue),
+        "queue_lock": queue_lock,
+        "queue_only": False,
+        "max_running": None,
+        **kw,
+    }
+
+
 @contextmanager
-def _claim_in_flight(pg, queue: str) -> Iterator[list[Any]]:
-    """A keyed claim of ``queue`` as the backend makes it, left uncommitted."""
-    params = _params(pg, queue)
+def _claim_in_flight(pg, queue: str, **kw: Any) -> Iterator[list[Any]]:
+    """A limited claim of ``queue`` as the backend makes it (its function, in one
+    call), left uncommitted."""
+    from conveyor.backends.postgres.backend import CLAIM_LIMITED_FUNCTION
+
     with pg.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-        cur.execute(pg.Q["limits_lock"], {"queue": queue, "queue_lock": False})
-        cur.execute(pg.Q["job_claim_candidates"], params)
-        ids = [r["id"] for r in cur.fetchall()]
-        cur.execute(pg.Q["job_claim_limited"], {**params, "ids": ids})
-        claimed = list(cur.fetchall())
-        for spend in queue_spends(queue, QueueLimits(None, None, None, keyed=True), claimed):
-            cur.execute(pg.Q["rate_spend"], {**spend, "now": None})
-        yield claimed
+        cur.execute(CLAIM_LIMITED_FUNCTION)
+        cur.execute(pg.Q["job_claim_limited_call"], _call(pg, queue, **kw))
+        yield list(cur.fetchall())
 
 
 def _claim_in_thread(pg, queue: str) -> tuple[threading.Thread, list[Any]]:
@@ -179,3 +186,40 @@ def test_mysql_claims_skip_the_keys_another_claim_holds(my):
     assert [j.concurrency_key for j in fetch(my, 10, worker="w3")] == ["a"]
     my.job_insert_many(jobs=[ins(queue="q", concurrency_key="b", concurrency_limit=2)])
     assert [j.concurrency_key for j in fetch(my, 10, worker="w4")] == ["b"]
+
+
+def test_a_claim_counts_the_claims_committed_while_it_waited_for_the_queue_lock(pg):
+    """The limited claim runs its statements in one function call, each with a
+    snapshot of its own: one that waited for the queue's lock counts the jobs
+    the claim holding it took. (With one snapshot for the whole call, taken
+    before the wait, it would count none and take two more: 4 running of 2.)"""
+    pg.queue_set_limit(name="qa", max_running=2)
+    pg.job_insert_many(jobs=[ins(queue="qa") for _ in range(4)])
+    with _claim_in_flight(pg, "qa", queue_lock=True, max_running=2) as held:
+        assert len(held) == 2
+        thread, got = _claim_in_thread(pg, "qa")
+        with pg.pool.connection() as conn:  # the thread's claim waits for the lock
+            for _ in range(500):
+                [row] = conn.execute(
+                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND classid = 72628374 AND NOT granted"
+                ).fetchall()
+                if row["n"]:
+                    break
+                time.sleep(0.01)
+            assert row["n"] == 1
+    thread.join(10)
+    assert got == [[]]
+    assert len([j for j in fetch(pg, 10, queues=("qa",), worker="w3")]) == 0
+
+
+def test_a_session_that_lost_its_claim_function_makes_it_again(pg):
+    """The limited claim's function is the session's own (pg_temp): a pooled
+    connection whose temporary objects were dropped makes it again."""
+    pg.queue_set_limit(name="qa", max_running=5)
+    pg.job_insert_many(jobs=[ins(queue="qa") for _ in range(3)])
+    assert len(fetch(pg, 1, queues=("qa",))) == 1  # made on this session
+    with pg.pool.connection() as conn:  # the pool hands back the last one returned
+        conn.execute("DISCARD TEMP")
+    assert len(fetch(pg, 1, queues=("qa",))) == 1
+    assert len(fetch(pg, 5, queues=("qa",))) == 1

@@ -18,6 +18,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -52,7 +53,6 @@ from ..sql.logic import (
     first_outcomes,
     limited_params,
     queue_limits,
-    queue_spends,
 )
 
 log = logging.getLogger("conveyor.postgres")
@@ -85,6 +85,28 @@ DIALECT = Dialect(
     },
 )
 Q = load_queries(__package__ or "conveyor.backends.postgres", DIALECT)
+
+_FRAGMENT = re.compile(r"\{\{(\w+)((?:\s+\w+=[^\s}]+)*)\s*\}\}")
+_PARAM = re.compile(r"%\((\w+)\)[sb]")
+
+
+def plpgsql(template: str, queries: dict[str, str]) -> str:
+    """A function made of named statements (see job_claim_limited_function): each
+    ``{{name}}`` becomes that statement, its ``%(p)s`` parameters the function's
+    ``p_p``, or what the slot gives (``{{name p=expression}}``)."""
+
+    def fragment(m: re.Match[str]) -> str:
+        given = dict(arg.split("=", 1) for arg in m.group(2).split())
+        sql = _PARAM.sub(lambda p: given.get(p.group(1), f"p_{p.group(1)}"), queries[m.group(1)])
+        return f"\n{sql}\n"  # on lines of its own: a statement may end in a comment
+
+    made = _FRAGMENT.sub(fragment, template)
+    if "%" in made:  # sent without parameters, so a %% would reach the server as is
+        raise ValueError(f"a parameter or a % left in the function: {made!r}")
+    return made
+
+
+CLAIM_LIMITED_FUNCTION = plpgsql(Q["job_claim_limited_function"], Q)
 MIGRATIONS = load_migrations(__package__ or "conveyor.backends.postgres")
 #: work hints: queue names, "@flow", "@cancel"
 CHANNEL = "conveyor_jobs"
@@ -582,6 +604,8 @@ class PostgresBackend(SqlBackend):
         self._limits_cache: dict[tuple[str, ...], tuple[float, dict[str, QueueLimits]]] = {}
         #: per keyed queue, how far past its size a claim looks (next_window_factor)
         self._windows = WindowSizes()
+        #: the pooled connections whose session has the limited claim's function
+        self._claim_functions: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self.pool = _Pool(
             url,
             min_size=1,
@@ -865,44 +889,23 @@ class PostgresBackend(SqlBackend):
 
         def claim_limited(queue: str, asked: int) -> list[Any]:
             factor = self._windows.factor(queue)
-            qparams = limited_params(queue, limits[queue], asked, factor)
             lim = limits[queue]
             # Only a queue limit and no rate: the claim counts nothing but the queue.
             queue_only = not lim.keyed and lim.rate_per_s is None and lim.max_running is not None
-            # A transaction of its own, statement by statement. (In pipeline mode it
-            # took two round trips instead of five, but psycopg waited on the socket
-            # 13 times per claim instead of 6, and inside a worker, where the claim
-            # thread takes the GIL back after every wait, drains were slower:
-            # bench_limits, 6 alternating rounds, per key 0.66x -> 0.71x of
-            # unlimited, queue limit 0.80x -> 0.86x.)
-            with self._tx() as cur:
-                # A statement of its own: in READ COMMITTED the statements that
-                # follow see every limited claim of this queue committed before
-                # the lock was ours. A queue limited by its jobs' keys alone
-                # takes none: its claims serialise per key (job_claim_candidates).
-                cur.execute(Q["limits_lock"], {"queue": queue, "queue_lock": lim.queue_locked})
-                if queue_only:
-                    # Only a queue limit: the plain claim, sized by the room left.
-                    [running] = self._fetch(cur, "queue_running", {"queue": queue})
-                    room = min(asked, lim.max_running - running["n"])
-                    if room <= 0:
-                        return []
-                    return self._fetch(
-                        cur, "job_claim", {**params, "queues": [queue], "limit": room}
-                    )
-                cands = self._fetch(
-                    cur,
-                    "job_claim_candidates",
-                    {**params, **qparams, "identity": [worker_id, *tags]},
-                )
-                claimed: list[Any] = []
-                if cands:
-                    ids = [r["id"] for r in cands]
-                    claim = {**params, **qparams, "limit": asked, "ids": ids}
-                    claimed = self._fetch(cur, "job_claim_limited", claim)
-                    for spend in queue_spends(queue, lim, claimed):
-                        cur.execute(Q["rate_spend"], {**spend, "now": now})
-            self._windows.update(queue, factor, asked, len(claimed))
+            claimed = self._claim_limited(
+                {
+                    **params,
+                    **limited_params(queue, lim, asked, factor),
+                    "identity": [worker_id, *tags],
+                    "limit": asked,
+                    # A queue limited by its jobs' keys alone takes no queue lock:
+                    # its claims serialise per key (job_claim_candidates).
+                    "queue_lock": lim.queue_locked,
+                    "queue_only": queue_only,
+                }
+            )
+            if not queue_only:
+                self._windows.update(queue, factor, asked, len(claimed))
             return claimed
 
         # Each queue in a transaction of its own, retried alone: a claim that
@@ -916,6 +919,24 @@ class PostgresBackend(SqlBackend):
         order = {q: i for i, q in enumerate(queues)}
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
         return jobs
+
+    def _claim_limited(self, params: dict[str, Any]) -> list[Any]:
+        """One limited claim, one statement (job_claim_limited_function). The
+        session's function is made on its first limited claim. (Statement by
+        statement in a transaction, the claim took five round trips; in pipeline
+        mode two, but psycopg waited on the socket 13 times per claim instead of 6,
+        and inside a worker, where the claim thread takes the GIL back after every
+        wait, drains were slower: per key 0.66x -> 0.71x of unlimited.)"""
+        with _translated(self.url), self.pool.connection() as c:
+            if c not in self._claim_functions:
+                c.execute(CLAIM_LIMITED_FUNCTION)
+                self._claim_functions.add(c)
+            try:
+                return _result_rows(c.execute(Q["job_claim_limited_call"], self._params(params)))
+            except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+                # Gone with the session's temporary objects (DISCARD ALL): made again.
+                c.execute(CLAIM_LIMITED_FUNCTION)
+                return _result_rows(c.execute(Q["job_claim_limited_call"], self._params(params)))
 
     def _queue_limits(self, queues: Sequence[str]) -> dict[str, QueueLimits]:
         """Queues whose claims must respect limits, read at most once a second.
