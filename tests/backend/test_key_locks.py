@@ -8,13 +8,18 @@ its COMMIT.)"""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
+
+from conveyor import Conveyor
 
 from .helpers import fetch, ins, keyed_claim_params
 
@@ -223,3 +228,44 @@ def test_a_session_that_lost_its_claim_function_makes_it_again(pg):
         conn.execute("DISCARD TEMP")
     assert len(fetch(pg, 1, queues=("qa",))) == 1
     assert len(fetch(pg, 5, queues=("qa",))) == 1
+
+
+def test_a_role_that_may_not_create_temporary_objects_claims_statement_by_statement(pg):
+    """Without the TEMPORARY privilege the session cannot make the claim's
+    function: limited claims then run its statements one by one, and still hold
+    the limits (and spend the tokens)."""
+    info = psycopg.conninfo.conninfo_to_dict(pg.url)
+    role, db = f"conveyor_notemp_{uuid.uuid4().hex[:8]}", info["dbname"]
+    schema = info["options"].split("=", 1)[1]
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'REVOKE TEMPORARY ON DATABASE "{db}" FROM PUBLIC')
+        conn.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+        conn.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+        conn.execute(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA "{schema}" TO "{role}"')
+    other = Conveyor(
+        re.sub(r"^postgresql://[^@/]*@", f"postgresql://{role}@", pg.url), auto_migrate=False
+    )
+    try:
+        pg.queue_set_limit(name="qa", max_running=2)
+        pg.job_insert_many(jobs=[ins(queue="qa") for _ in range(3)])
+        pg.job_insert_many(
+            jobs=[
+                ins(queue="qb", rate_key="r", rate_per_s=0.001, rate_burst=2.0),
+                ins(queue="qb", rate_key="r", rate_per_s=0.001, rate_burst=2.0),
+                ins(queue="qb", rate_key="r", rate_per_s=0.001, rate_burst=2.0),
+                ins(queue="qb", concurrency_key="k", concurrency_limit=1),
+                ins(queue="qb", concurrency_key="k", concurrency_limit=1),
+            ]
+        )
+        assert len(fetch(other.backend, 10, queues=("qa",), worker="w2")) == 2
+        assert fetch(other.backend, 10, queues=("qa",), worker="w2") == []
+        assert not other.backend._temp_functions
+        assert len(fetch(other.backend, 10, queues=("qb",), worker="w2")) == 3  # 2 tokens, 1 key
+        assert fetch(other.backend, 10, queues=("qb",), worker="w2") == []
+    finally:
+        other.close()
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute(f'GRANT TEMPORARY ON DATABASE "{db}" TO PUBLIC')
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')

@@ -53,6 +53,7 @@ from ..sql.logic import (
     first_outcomes,
     limited_params,
     queue_limits,
+    queue_spends,
 )
 
 log = logging.getLogger("conveyor.postgres")
@@ -606,6 +607,8 @@ class PostgresBackend(SqlBackend):
         self._windows = WindowSizes()
         #: the pooled connections whose session has the limited claim's function
         self._claim_functions: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+        #: False once the role was refused a temporary function (no TEMP privilege)
+        self._temp_functions = True
         self.pool = _Pool(
             url,
             min_size=1,
@@ -927,16 +930,55 @@ class PostgresBackend(SqlBackend):
         mode two, but psycopg waited on the socket 13 times per claim instead of 6,
         and inside a worker, where the claim thread takes the GIL back after every
         wait, drains were slower: per key 0.66x -> 0.71x of unlimited.)"""
-        with _translated(self.url), self.pool.connection() as c:
-            if c not in self._claim_functions:
-                c.execute(CLAIM_LIMITED_FUNCTION)
-                self._claim_functions.add(c)
-            try:
-                return _result_rows(c.execute(Q["job_claim_limited_call"], self._params(params)))
-            except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
-                # Gone with the session's temporary objects (DISCARD ALL): made again.
-                c.execute(CLAIM_LIMITED_FUNCTION)
-                return _result_rows(c.execute(Q["job_claim_limited_call"], self._params(params)))
+        if self._temp_functions:
+            with _translated(self.url), self.pool.connection() as c:
+                if c in self._claim_functions or self._make_claim_function(c):
+                    call = Q["job_claim_limited_call"]
+                    try:
+                        return _result_rows(c.execute(call, self._params(params)))
+                    except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+                        # Gone with the session's temporary objects (DISCARD ALL).
+                        c.execute(CLAIM_LIMITED_FUNCTION)
+                        return _result_rows(c.execute(call, self._params(params)))
+        return self._claim_limited_statements(params)
+
+    def _make_claim_function(self, conn: psycopg.Connection[Any]) -> bool:
+        try:
+            conn.execute(CLAIM_LIMITED_FUNCTION)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            log.warning(
+                "limited claims run statement by statement (five round trips instead of"
+                " one): this role may not create temporary objects (GRANT TEMPORARY ON"
+                " DATABASE ... lifts that): %s",
+                str(exc).splitlines()[0],
+            )
+            self._temp_functions = False
+            return False
+        self._claim_functions.add(conn)
+        return True
+
+    def _claim_limited_statements(self, params: dict[str, Any]) -> list[Any]:
+        """The limited claim's function, statement by statement in a transaction of
+        its own: for a role that may not create temporary objects."""
+        with self._tx() as cur:
+            cur.execute(Q["limits_lock"], params)
+            if params["queue_only"]:
+                [running] = self._fetch(cur, "queue_running", params)
+                room = min(params["limit"], params["max_running"] - running["n"])
+                if room <= 0:
+                    return []
+                return self._fetch(
+                    cur, "job_claim", {**params, "queues": [params["queue"]], "limit": room}
+                )
+            cands = self._fetch(cur, "job_claim_candidates", params)
+            if not cands:
+                return []
+            ids = [r["id"] for r in cands]
+            claimed = self._fetch(cur, "job_claim_limited", {**params, "ids": ids})
+            own = QueueLimits(params["max_running"], params["queue_rate"], params["queue_burst"])
+            for spend in queue_spends(params["queue"], own, claimed):
+                cur.execute(Q["rate_spend"], {**spend, "now": params["now"]})
+            return claimed
 
     def _queue_limits(self, queues: Sequence[str]) -> dict[str, QueueLimits]:
         """Queues whose claims must respect limits, read at most once a second.
