@@ -753,8 +753,9 @@ RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.at
 -- (queue_running) and the plain claim sized by the room left. As a transaction
 -- they were five round trips (BEGIN, three statements, COMMIT), and inside a
 -- worker, whose claim thread must take the GIL back after every one, a limited
--- claim took 4.5 ms where the plain one took 2.6 (bench_limits, keys1000: 0.62x of
--- unlimited). Here the server runs them. A PL/pgSQL function in READ COMMITTED
+-- claim took 4.5 ms where the plain one took 2.6 (bench_limits, keys1000: 0.62x and
+-- 0.71x of unlimited in two alternating comparisons; 0.84x and 0.80x with this
+-- function). Here the server runs them. A PL/pgSQL function in READ COMMITTED
 -- takes a snapshot per statement, so the count still sees every claim of the
 -- queue and the keys committed before the locks were ours; the call is one
 -- autocommit statement, so the claim, its spends and its locks commit or roll
