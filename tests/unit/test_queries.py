@@ -215,3 +215,20 @@ def test_sqlite_insert_binds_every_field_to_its_own_column():
     assert bound["scheduled_at"] == f"?{len(fields) + 1} + ?{fields.index('delay_s') + 1}"
     plain = {v for v in bound.values() if re.fullmatch(r"\?\d+", v)}
     assert len(plain) == len(fields)  # every field but delay_s, and the time
+
+
+def test_the_limited_claims_function_is_made_of_the_named_statements() -> None:
+    """pg.plpgsql: each {{name}} slot becomes that statement, its parameters the
+    function's p_<name> or what the slot gives; nothing psycopg would have
+    converted is left, since the function is sent without parameters."""
+    queries = {"one": "SELECT %(a)s, %(b)s::int[] -- ends in a comment", "two": "SELECT %(c)b"}
+    made = pg.plpgsql("BEGIN {{one b=v_b}}; RETURN QUERY {{two}}; END", queries)
+    assert made == (
+        "BEGIN \nSELECT p_a, v_b::int[] -- ends in a comment\n; RETURN QUERY \nSELECT p_c\n; END"
+    )
+    with pytest.raises(ValueError):
+        pg.plpgsql("{{one}} WHERE x LIKE '%%'", queries)
+    fn = pg.CLAIM_LIMITED_FUNCTION
+    assert "{{" not in fn and "%" not in fn
+    for name in ("limits_lock", "queue_running", "job_claim_candidates"):  # as they are
+        assert pg.plpgsql(f"{{{{{name}}}}}", pg.Q).strip() in fn

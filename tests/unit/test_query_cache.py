@@ -13,6 +13,7 @@ HOT = [
     "job_claim",
     "job_claim_candidates",
     "job_claim_limited",
+    "job_claim_limited_call",
     "job_finalize_many",
     "worker_heartbeat",
 ]
