@@ -20,7 +20,9 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
+from conveyor.backends.postgres.backend import CLAIM_LIMITED_FUNCTION
 
+from ..conftest import pg_schema_url
 from .helpers import fetch, ins, keyed_claim_params
 
 
@@ -52,8 +54,6 @@ def _call(pg, queue: str, *, queue_lock: bool = False, **kw: Any) -> dict[str, A
 def _claim_in_flight(pg, queue: str, **kw: Any) -> Iterator[list[Any]]:
     """A limited claim of ``queue`` as the backend makes it (its function, in one
     call), left uncommitted."""
-    from conveyor.backends.postgres.backend import CLAIM_LIMITED_FUNCTION
-
     with pg.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
         cur.execute(CLAIM_LIMITED_FUNCTION)
         cur.execute(pg.Q["job_claim_limited_call"], _call(pg, queue, **kw))
@@ -104,14 +104,6 @@ def test_a_key_held_by_a_claim_in_flight_is_skipped_then_counted(pg, shared):
 def test_an_app_in_another_schema_never_holds_this_apps_keys(pg, pg_database):
     """Advisory locks are the database's: two apps in two schemas of one database
     lock their keys apart (the job table's oid is in the lock's hash)."""
-    import uuid
-
-    import psycopg
-
-    from conveyor import Conveyor
-
-    from ..conftest import pg_schema_url
-
     schema = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_database, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
