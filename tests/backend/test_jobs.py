@@ -130,6 +130,34 @@ def test_insert_many_returns_ids_in_input_order(backend):
     assert [backend.job_get(job_id=r.id).args for r in results] == [[i] for i in range(50)]
 
 
+@pytest.mark.parametrize("limited", [False, True])
+def test_a_claimed_job_is_the_job_read_back(backend, limited):
+    """Claims decode their rows by position (no dict per row), reads by name: both
+    must give the same record, field for field, for a queue with limits too."""
+    if limited:
+        backend.queue_set_limit(name="q", max_running=10)
+    kw = {"concurrency_key": "user=1", "concurrency_limit": 5} if limited else {}
+    backend.job_insert_many(
+        jobs=[
+            ins(
+                args=[i, {"k": "v"}],
+                priority=i,
+                max_attempts=6,
+                timeout_s=1.5,
+                backoff_json='{"base": 2.0}',
+                tenant="acme",
+                **kw,
+            )
+            for i in range(3)
+        ]
+    )
+    claimed = fetch(backend)
+    assert len(claimed) == 3
+    for job in claimed:
+        assert dataclasses.asdict(job) == dataclasses.asdict(backend.job_get(job_id=job.id))
+    assert [j.priority for j in claimed] == [2, 1, 0]
+
+
 def test_delayed_job_is_scheduled_and_claimable_only_when_due(backend):
     [res] = backend.job_insert_many(jobs=[ins(delay_s=60)])
     assert backend.job_get(job_id=res.id).state == "scheduled"

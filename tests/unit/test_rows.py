@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from conveyor.backends.sql.rows import job_from_row
+from conveyor.backends.sql.rows import job_from_row, job_reader
 from conveyor.records import JobRecord, JobState
 
 NOW = datetime(2026, 11, 26, 6, 0, tzinfo=UTC)
@@ -55,3 +55,36 @@ def test_a_decoded_job_is_what_the_constructor_builds(row):
 def test_an_unknown_state_is_refused_as_before():
     with pytest.raises(ValueError):
         job_from_row(_row(state="exploded"), lambda v: v)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        _row(),
+        _row(state="succeeded", pinned_to=None, result=None, backoff=None, context=None),
+        # a result without some optional columns: read as NULL, as a dict's get does
+        {k: v for k, v in _row(state="available").items() if k not in ("pinned_to", "result")},
+        # extra columns (the limited claim's), in another order: read by name
+        dict(reversed(list(_row(spread_group="g", changed=4).items()))),
+    ],
+)
+def test_a_job_read_by_position_is_the_job_read_by_name(row):
+    names = list(row)
+    read = job_reader(names, lambda v: v)
+    by_position = read(tuple(row.values()))
+    assert by_position == job_from_row(row, lambda v: v)
+    assert vars(by_position) == vars(job_from_row(row, lambda v: v))
+
+
+def test_a_column_named_twice_is_read_at_its_last_as_a_dict_keeps_it():
+    names = [*_row(), "state"]
+    values = (*_row().values(), "succeeded")
+    assert job_reader(names, lambda v: v)(values).state is JobState.SUCCEEDED
+
+
+def test_a_result_without_a_jobs_required_column_is_refused_when_read():
+    names = [n for n in _row() if n != "lease_token"]
+    with pytest.raises(KeyError, match="lease_token"):
+        job_reader(names, lambda v: v)
+    with pytest.raises(KeyError):
+        job_from_row({n: v for n, v in _row().items() if n != "lease_token"}, lambda v: v)

@@ -884,10 +884,11 @@ class PostgresBackend(SqlBackend):
             "tasks": None if tasks is None else list(tasks),
             "schema_version": schema_version if schema_version is not None else self.latest_schema,
         }
+        jobs: list[JobRecord] = []
         rows: list[Any] = []
         if free:  # the fast path: SKIP LOCKED, no limits to respect
-            rows = self._again(
-                lambda: self._rows("job_claim", {**params, "queues": free, "limit": limit})
+            jobs = self._again(
+                lambda: self._job_rows("job_claim", {**params, "queues": free, "limit": limit})
             )
 
         def claim_limited(queue: str, asked: int) -> list[Any]:
@@ -914,14 +915,29 @@ class PostgresBackend(SqlBackend):
         # Each queue in a transaction of its own, retried alone: a claim that
         # committed is never run again (its jobs would be leased and lost).
         for queue in (q for q in queues if q in limits):
-            if len(rows) >= limit:
+            if len(jobs) + len(rows) >= limit:
                 break
-            asked = limit - len(rows)
+            asked = limit - len(jobs) - len(rows)
             rows += self._again(lambda q=queue, n=asked: claim_limited(q, n))  # type: ignore[misc]
-        jobs = [self._job(r) for r in rows]
+        jobs += [self._job(r) for r in rows]
         order = {q: i for i, q in enumerate(queues)}
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
         return jobs
+
+    def _job_rows(self, name: str, params: dict[str, Any]) -> list[JobRecord]:
+        """``_rows`` for a statement returning jobs, read as tuples and decoded by
+        position (``job_reader``): no dict made per row."""
+        with (
+            _translated(self.url),
+            self.pool.connection() as c,
+            c.cursor(row_factory=tuple_row) as cur,
+        ):
+            rows = _result_rows(cur.execute(Q[name], self._params(params)))
+            res = cur.pgresult
+            if not rows or res is None:
+                return []
+            names = [(res.fname(i) or b"").decode() for i in range(res.nfields)]
+        return self._jobs(names, rows)
 
     def _claim_limited(self, params: dict[str, Any]) -> list[Any]:
         """One limited claim, one statement (job_claim_limited_function). The

@@ -47,6 +47,7 @@ from .rows import (
     batch_from_row,
     chain_link_from_row,
     job_from_row,
+    job_reader,
     queue_from_row,
     task_settings_from_row,
     token_from_row,
@@ -167,6 +168,17 @@ class SqlBackend(Backend):
 
     def _job(self, row: dict[str, Any]) -> JobRecord:
         return job_from_row(row, self._ts)
+
+    def _jobs(self, names: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> list[JobRecord]:
+        """Jobs from tuple rows whose columns are ``names`` (a claim's: no dict per
+        row). The reader made for a result's columns is kept for the next."""
+        key = tuple(names)
+        readers: dict[tuple[str, ...], Callable[[tuple[Any, ...]], JobRecord]]
+        readers = self.__dict__.setdefault("_job_readers", {})
+        read = readers.get(key)
+        if read is None:
+            read = readers[key] = job_reader(key, self._ts)
+        return [read(r) for r in rows]
 
     def _filter(self, f: JobFilter, before_id: int | None = None) -> tuple[str, dict[str, Any]]:
         """The WHERE conditions of a filter (each a named query ``filter_<field>``)

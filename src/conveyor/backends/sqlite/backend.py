@@ -8,6 +8,7 @@ several processes serialise on the write lock.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -87,6 +88,15 @@ _WRITERS: dict[tuple[int, str], threading.RLock] = {}
 
 def _epoch(now: datetime | None) -> float:
     return time.time() if now is None else now.timestamp()
+
+
+@functools.lru_cache(maxsize=4096)
+def _from_epoch(value: float) -> datetime:
+    """A stored time as a datetime, remembered: the rows of a claim share their
+    start and lease expiry, and jobs sent together their creation time, so most
+    of a claim's four times per row are one lookup instead of a conversion
+    (datetimes are immutable: sharing one is safe)."""
+    return datetime.fromtimestamp(value, UTC)
 
 
 #: the column names of the last result's description (a claim's rows share one):
@@ -387,7 +397,7 @@ class SQLiteBackend(SqlBackend):
         return _epoch(now)
 
     def _ts(self, value: Any) -> datetime | None:
-        return None if value is None else datetime.fromtimestamp(value, UTC)
+        return None if value is None else _from_epoch(value)
 
     def _ts_param(self, value: datetime) -> Any:
         return value.timestamp()
@@ -445,7 +455,8 @@ class SQLiteBackend(SqlBackend):
         }
         # Rows are decoded after COMMIT: the write lock is held for SQL only (a claim
         # decoding its rows under it kept the completer's writes waiting).
-        claims: list[list[dict[str, Any]]] = []
+        # (column names, tuple rows) of a plain claim; (None, dict rows) of a limited one
+        claims: list[tuple[list[str] | None, list[Any]]] = []
         taken = 0
         with self._tx(durable=False) as cur:
             limits = queue_limits(self._q(cur, "queue_limits", {"queues": self._list(queues)}))
@@ -463,13 +474,19 @@ class SQLiteBackend(SqlBackend):
                     self._windows.update(queue, factor, asked, len(rows))
                     for spend in queue_spends(queue, limits[queue], rows):
                         cur.execute(Q["rate_spend"], {**spend, "now": ts})
-                else:
-                    rows = self._q(cur, "job_claim", params)
-                claims.append(rows)
+                    claims.append((None, rows))
+                else:  # tuple rows: decoded without a dict each (job_reader)
+                    cur.row_factory = None
+                    try:
+                        cur.execute(Q["job_claim"], params)
+                        rows = cur.fetchall()
+                    finally:
+                        cur.row_factory = _dict_row
+                    claims.append(([d[0] for d in cur.description], rows))
                 taken += len(rows)
         jobs: list[JobRecord] = []
-        for rows in claims:  # one queue's each, in the order the queues were tried
-            claimed = [self._job(r) for r in rows]
+        for names, rows in claims:  # one queue's each, in the order the queues were tried
+            claimed = [self._job(r) for r in rows] if names is None else self._jobs(names, rows)
             claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
             jobs.extend(claimed)
         return jobs
