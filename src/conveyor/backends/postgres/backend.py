@@ -885,13 +885,12 @@ class PostgresBackend(SqlBackend):
             "schema_version": schema_version if schema_version is not None else self.latest_schema,
         }
         jobs: list[JobRecord] = []
-        rows: list[Any] = []
         if free:  # the fast path: SKIP LOCKED, no limits to respect
             jobs = self._again(
                 lambda: self._job_rows("job_claim", {**params, "queues": free, "limit": limit})
             )
 
-        def claim_limited(queue: str, asked: int) -> list[Any]:
+        def claim_limited(queue: str, asked: int) -> list[JobRecord]:
             factor = self._windows.factor(queue)
             lim = limits[queue]
             # Only a queue limit and no rate: the claim counts nothing but the queue.
@@ -915,11 +914,10 @@ class PostgresBackend(SqlBackend):
         # Each queue in a transaction of its own, retried alone: a claim that
         # committed is never run again (its jobs would be leased and lost).
         for queue in (q for q in queues if q in limits):
-            if len(jobs) + len(rows) >= limit:
+            if len(jobs) >= limit:
                 break
-            asked = limit - len(jobs) - len(rows)
-            rows += self._again(lambda q=queue, n=asked: claim_limited(q, n))  # type: ignore[misc]
-        jobs += [self._job(r) for r in rows]
+            asked = limit - len(jobs)
+            jobs += self._again(lambda q=queue, n=asked: claim_limited(q, n))  # type: ignore[misc]
         order = {q: i for i, q in enumerate(queues)}
         jobs.sort(key=lambda j: (order[j.queue], -j.priority, j.scheduled_at, j.id))
         return jobs
@@ -932,14 +930,17 @@ class PostgresBackend(SqlBackend):
             self.pool.connection() as c,
             c.cursor(row_factory=tuple_row) as cur,
         ):
-            rows = _result_rows(cur.execute(Q[name], self._params(params)))
-            res = cur.pgresult
-            if not rows or res is None:
-                return []
-            names = [(res.fname(i) or b"").decode() for i in range(res.nfields)]
-        return self._jobs(names, rows)
+            return self._decoded(cur.execute(Q[name], self._params(params)))
 
-    def _claim_limited(self, params: dict[str, Any]) -> list[Any]:
+    def _decoded(self, cur: psycopg.Cursor[Any]) -> list[JobRecord]:
+        """The jobs a statement run on a ``tuple_row`` cursor returned."""
+        rows = _result_rows(cur)
+        res = cur.pgresult
+        if not rows or res is None:
+            return []
+        return self._jobs([(res.fname(i) or b"").decode() for i in range(res.nfields)], rows)
+
+    def _claim_limited(self, params: dict[str, Any]) -> list[JobRecord]:
         """One limited claim, one statement (job_claim_limited_function). The
         session's function is made on its first limited claim. (Statement by
         statement in a transaction, the claim took five round trips; in pipeline
@@ -950,13 +951,15 @@ class PostgresBackend(SqlBackend):
             with _translated(self.url), self.pool.connection() as c:
                 if c in self._claim_functions or self._make_claim_function(c):
                     call = Q["job_claim_limited_call"]
-                    try:
-                        return _result_rows(c.execute(call, self._params(params)))
-                    except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
-                        # Gone with the session's temporary objects (DISCARD ALL).
-                        c.execute(CLAIM_LIMITED_FUNCTION)
-                        return _result_rows(c.execute(call, self._params(params)))
-        return self._claim_limited_statements(params)
+                    with c.cursor(row_factory=tuple_row) as cur:
+                        try:
+                            cur.execute(call, self._params(params))
+                        except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+                            # Gone with the session's temporary objects (DISCARD ALL).
+                            c.execute(CLAIM_LIMITED_FUNCTION)
+                            cur.execute(call, self._params(params))
+                        return self._decoded(cur)
+        return [self._job(r) for r in self._claim_limited_statements(params)]
 
     def _make_claim_function(self, conn: psycopg.Connection[Any]) -> bool:
         try:
