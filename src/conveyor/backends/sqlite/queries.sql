@@ -130,17 +130,24 @@ RETURNING stop_requested, started_at = :now AS inserted
 
 -- name: job_expired_leases
 -- Running jobs whose worker went silent or was removed, and held jobs past their
--- deadline (see the PostgreSQL job_rescue).
-SELECT j.id, j.lease_owner, j.started_at,
-       CASE WHEN j.lease_expires_at < :now THEN 'was held past its deadline'
-            ELSE 'stopped heartbeating' END AS why
-FROM conveyor_jobs j
-WHERE j.state = 'running'
-  AND (j.lease_expires_at < :now
-       OR (j.lease_expires_at IS NULL AND NOT EXISTS (
-               SELECT 1 FROM conveyor_workers w
-               WHERE w.id = j.lease_owner AND w.last_seen_at >= :now - :worker_ttl_s)))
-ORDER BY j.id
+-- deadline (see the PostgreSQL job_rescue). Two halves, each read through a
+-- partial index of running jobs, sorted once gathered: as one condition with an
+-- OR, ordered by id, SQLite walked the whole table by rowid, and the maintenance
+-- pass held the write lock for it every second (41 ms at 120,000 finished jobs,
+-- growing with the table).
+WITH expired AS MATERIALIZED (
+    SELECT j.id, j.lease_owner, j.started_at, 'was held past its deadline' AS why
+    FROM conveyor_jobs j
+    WHERE j.state = 'running' AND j.lease_expires_at < :now     -- conveyor_jobs_lease_idx
+    UNION ALL
+    SELECT j.id, j.lease_owner, j.started_at, 'stopped heartbeating'
+    FROM conveyor_jobs j
+    WHERE j.state = 'running' AND j.lease_expires_at IS NULL    -- conveyor_jobs_owner_idx
+      AND NOT EXISTS (SELECT 1 FROM conveyor_workers w
+                      WHERE w.id = j.lease_owner AND w.last_seen_at >= :now - :worker_ttl_s)
+)
+SELECT id, lease_owner, started_at, why FROM expired
+ORDER BY id
 LIMIT :limit
 
 -- name: job_rescue_one
