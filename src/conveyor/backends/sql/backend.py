@@ -170,14 +170,8 @@ class SqlBackend(Backend):
         return job_from_row(row, self._ts)
 
     def _jobs(self, names: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> list[JobRecord]:
-        """Jobs from tuple rows whose columns are ``names`` (a claim's: no dict per
-        row). The reader made for a result's columns is kept for the next."""
-        key = tuple(names)
-        readers: dict[tuple[str, ...], Callable[[tuple[Any, ...]], JobRecord]]
-        readers = self.__dict__.setdefault("_job_readers", {})
-        read = readers.get(key)
-        if read is None:
-            read = readers[key] = job_reader(key, self._ts)
+        """Jobs from tuple rows whose columns are ``names`` (a claim's: no dict per row)."""
+        read = job_reader(names, self._ts)
         return [read(r) for r in rows]
 
     def _filter(self, f: JobFilter, before_id: int | None = None) -> tuple[str, dict[str, Any]]:

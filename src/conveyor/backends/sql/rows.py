@@ -3,6 +3,7 @@ hands back timestamps (``ts``) and JSON columns (``loads``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -178,6 +179,14 @@ def job_reader(names: Sequence[str], ts: Ts) -> Callable[[tuple[Any, ...]], JobR
     made per row and read by name (a claim decodes hundreds of rows; the dict was a
     third of the decoding). A column named twice is read at its last, as a dict
     keeps it."""
+    pick = _picker(tuple(names))
+    return lambda row: _job(pick(row), ts)
+
+
+@functools.lru_cache(maxsize=64)
+def _picker(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Sequence[Any]]:
+    """The columns ``_job`` takes, picked from a row of ``names`` (made once per
+    result shape: every claim of one statement returns the same columns)."""
     index = {name: i for i, name in enumerate(names)}
     missing = [c for c in _JOB_REQUIRED if c not in index]
     if missing:
@@ -185,8 +194,8 @@ def job_reader(names: Sequence[str], ts: Ts) -> Callable[[tuple[Any, ...]], JobR
     width = len(names)  # where a padded row has its NULL
     pick = operator.itemgetter(*(index.get(c, width) for c in _JOB_REQUIRED + _JOB_OPTIONAL))
     if all(c in index for c in _JOB_OPTIONAL):
-        return lambda row: _job(pick(row), ts)
-    return lambda row: _job(pick((*row, None)), ts)
+        return pick
+    return lambda row: pick((*row, None))
 
 
 def attempt_from_row(row: dict[str, Any], ts: Ts) -> Attempt:
