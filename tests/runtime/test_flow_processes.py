@@ -35,15 +35,22 @@ def test_batch_survives_a_killed_worker_with_exact_counts_and_one_callback(procs
     }
     victim, survivor = procs.worker(**options), procs.worker(**options)
 
-    def victim_mid_run() -> bool:
-        """Both have worked, and the database shows the victim holding leases now."""
+    def victim_frozen_mid_run() -> bool:
+        """Both have worked, and the victim, frozen (SIGSTOP), holds leases: it
+        cannot write its outcomes between this look and the kill (with no-op jobs
+        it holds none for part of each claim cycle, and a look and then a kill
+        sometimes found it between two)."""
         lines = procs.lines("item")
         if len(lines) < 300 or {pid for _, pid in lines} != {victim.pid, survivor.pid}:
             return False
+        victim.send_signal(signal.SIGSTOP)
         running = app.list_jobs(state="running", limit=100)
-        return any(f":{victim.pid}:" in (j.lease_owner or "") for j in running)
+        if any(f":{victim.pid}:" in (j.lease_owner or "") for j in running):
+            return True
+        victim.send_signal(signal.SIGCONT)
+        return False
 
-    wait_for(victim_mid_run, timeout=60, what="the victim mid-run")
+    wait_for(victim_frozen_mid_run, timeout=60, what="the victim mid-run")
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     closed = batch.wait(timeout=120)
