@@ -114,6 +114,55 @@ def test_send_many_failing_in_a_later_chunk_enqueues_nothing(app, send_email):
     assert len(send_email.send_many(items)) == len(items) and total() == before + len(items)
 
 
+def test_a_bulk_send_leaves_the_garbage_collector_as_it_found_it(app, send_email):
+    """A bulk send pauses cyclic collection while it runs (its handles set off
+    collections that walk them all again): on, off, and after a failed send."""
+    import gc
+    import threading
+
+    from conveyor.task import STREAM_CHUNK
+
+    items = [("a@b.c",)] * (3 * STREAM_CHUNK)
+    seen: list[bool] = []
+
+    def watch(iterable):  # read by send_many while its stream is being written
+        for n, item in enumerate(iterable):
+            if n == 2 * STREAM_CHUNK:  # past the first chunk, read before the stream
+                seen.append(gc.isenabled())
+            yield item
+
+    assert gc.isenabled()
+    send_email.send_many(watch(items))
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(TypeError, match="item"):
+        send_email.send_many([*items, "not-a-tuple"])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        send_email.send_many(items)
+        assert not gc.isenabled()  # the caller's choice stands
+    finally:
+        gc.enable()
+    # two at once: the collector runs again only when both have ended
+    release, inside = threading.Event(), threading.Event()
+
+    def slow(iterable):
+        for n, item in enumerate(iterable):
+            if n == 2 * STREAM_CHUNK:
+                inside.set()
+                release.wait(10)
+            yield item
+
+    other = threading.Thread(target=send_email.send_many, args=(slow(items),))
+    other.start()
+    assert inside.wait(10)
+    send_email.send_many(items)
+    assert not gc.isenabled()  # the other send still runs
+    release.set()
+    other.join(10)
+    assert gc.isenabled()
+
+
 def test_send_options(app, send_email):
     a = send_email.send("a", delay=60, priority=5, unique_key="welcome:42")
     b = send_email.send("a", unique_key="welcome:42")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -123,6 +124,25 @@ def test_a_stream_that_starts_now_keeps_the_delays_of_later_jobs(backend):
 
     changed, _ = all_changes(backend, start, expect=len(streamed))
     assert sorted(c.job.id for c in changed if c.job) == sorted(r.id for r in streamed)
+
+
+def test_a_stream_with_gaps_in_its_ids_gives_each_job_its_own(backend):
+    """PostgreSQL reads a COPY's ids as one span (count, first, last) when they
+    are consecutive; when they are not (another writer took ids from the sequence
+    in between; here the sequence steps by 3), it reads them one by one."""
+    if backend.name != "postgres":
+        pytest.skip("COPY and its id sequence are PostgreSQL's")
+    with raw_connection(backend) as conn:
+        conn.execute(
+            "DO $$ BEGIN EXECUTE format('ALTER SEQUENCE %s INCREMENT BY 3', "
+            "pg_get_serial_sequence('conveyor_jobs', 'id')); END $$"
+        )
+    streamed = backend.job_insert_stream(chunks=iter([[ins(args=[i]) for i in range(7)]]))
+    ids = [r.id for r in streamed]
+    assert [b - a for a, b in itertools.pairwise(ids)] == [3] * 6
+    assert [backend.job_get(job_id=i).args for i in ids] == [[i] for i in range(7)]
+    consecutive = backend.job_insert_stream(chunks=iter([[ins(args=[i]) for i in range(3)]]))
+    assert [backend.job_get(job_id=r.id).args for r in consecutive] == [[0], [1], [2]]
 
 
 def test_insert_many_returns_ids_in_input_order(backend):

@@ -18,6 +18,7 @@ PG_ONLY = {
     "job_insert_one",  # a plain send: scalars, where job_insert_many sends arrays
     "job_copy_begin",  # job_insert_stream by COPY; the others take the whole list
     "job_copy",
+    "job_copy_span",  # how many, from which id to which: one row, not one per job
     "job_copy_ids",
     "job_copy_now",  # the same, its times and change stamp left to defaults (v18)
     "job_copy_delays",

@@ -141,6 +141,15 @@ FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS d(id, delay_s)
 WHERE j.id = d.id AND j.id = ANY(%(ids)s::bigint[])  -- (see "By id" at the top)
   AND {UNFINISHED(j)}  -- (see "Live" at the top)
 
+-- name: job_copy_span
+-- How many rows COPY wrote (the rows this transaction stamped since
+-- job_copy_begin) and their first and last ids: one row to read. When there are
+-- as many as the span holds, the ids are that range, in row order (each row took
+-- the next id); a COPY that shared the id sequence with another writer has gaps,
+-- and its ids are read one by one (job_copy_ids).
+SELECT count(*) AS n, min(id) AS first, max(id) AS last
+FROM conveyor_jobs WHERE changed = %(change)s::xid8 AND id > %(after)s
+
 -- name: job_copy_ids
 -- The ids COPY gave, in row order: the rows this transaction stamped since
 -- job_copy_begin (the change index holds them in id order).
