@@ -173,6 +173,20 @@ def test_send_options(app, send_email):
     assert app.get_job(a.id).priority == 5
 
 
+def test_a_send_without_options_gets_the_defaults_after_one_with_options(app, send_email):
+    """The no-options template is made once and kept: options of other sends
+    never leak into it."""
+    assert send_email.template() is send_email.template()
+    assert send_email.template(priority=2) is not send_email.template()
+    with pytest.raises(ConfigError, match="unknown send option"):
+        send_email.template(colour="red")
+    first = send_email.send("a")
+    send_email.send("b", priority=5, delay=60, max_attempts=2, queue="other", timeout=3)
+    plain = app.get_job(send_email.send("c").id)
+    assert (plain.queue, plain.priority, plain.max_attempts, plain.timeout) == ("emails", 0, 5, 30)
+    assert plain.state == app.get_job(first.id).state == "available"
+
+
 def test_send_inside_the_callers_transaction(app, send_email):
     conn = _connect(app)
     try:
