@@ -52,3 +52,37 @@ def test_polls_fast_while_the_file_changes_and_slowly_once_quiet(sqlite_backend)
         assert polls[0] >= 10
     finally:
         notifier.close()
+
+
+def test_polls_slowly_while_its_worker_is_busy_and_at_once_when_it_waits(sqlite_backend):
+    """pace(False): the worker claims full batches without hints, so the notifier
+    polls every busy_interval; pace(True) wakes it, and the change made meanwhile
+    is noticed at once, not a busy_interval later."""
+    import threading
+
+    notifier = SQLiteNotifier(sqlite_backend, interval=0.002, busy_interval=30.0)
+    polls = _counting(notifier)
+    got: list[set[str]] = []
+    try:
+        notifier.pace(False)
+        waiting = threading.Thread(target=lambda: got.append(notifier.wait(20.0)))
+        waiting.start()
+        time.sleep(0.1)
+        sqlite_backend.job_insert_many(jobs=[ins()])
+        time.sleep(0.3)
+        assert got == [] and polls[0] == 1  # the first look only, before the change
+        notifier.pace(True)
+        waiting.join(10.0)
+        assert got == [{"*"}]
+        polls[0] = 0
+        assert notifier.wait(0.2) == set()  # eager: fast again
+        assert polls[0] >= 10
+        # close() ends a busy wait too
+        notifier.pace(False)
+        waiting = threading.Thread(target=lambda: got.append(notifier.wait(20.0)))
+        waiting.start()
+        time.sleep(0.1)
+    finally:
+        notifier.close()
+    waiting.join(10.0)
+    assert not waiting.is_alive() and got[-1] == set()

@@ -80,6 +80,13 @@ class Notifier(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def pace(self, eager: bool) -> None:
+        """Whether the consumer waits for a hint now (``eager``, the default) or is
+        busy and will look for work without one (a worker claiming full batches):
+        a notifier that polls may poll less often until it is eager again, and
+        then looks at once. Only how soon a hint comes changes, never whether."""
+        return None
+
 
 class SchemaStore(abc.ABC):
     """Lifecycle and schema of the database."""

@@ -63,6 +63,12 @@ class Listener:
             if "@cancel" in hints:
                 self._on_cancel()
 
+    def pace(self, eager: bool) -> None:
+        """Whether the claim loop waits for a hint now (see ``Notifier.pace``)."""
+        notifier = self._notifier
+        if notifier is not None:
+            notifier.pace(eager)
+
     def _work(self, hints: set[str]) -> bool:
         if hints & self._queues:
             return True

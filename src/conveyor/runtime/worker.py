@@ -240,6 +240,8 @@ class Worker:
         # NOTIFY reaches the claim in one thread wake-up instead of two (listener
         # -> event loop -> fetch thread: 0.33 ms of an idle worker's 3.2 ms).
         self._wake = threading.Event()
+        #: told whether the claim loop waits for hints (Listener.pace)
+        self._listener: Listener | None = None
 
     # -- public control -------------------------------------------------------------
     def run(self, *, install_signals: bool = True) -> WorkerStats:
@@ -388,16 +390,15 @@ class Worker:
                 services.add(service)
             self.flow = cluster.flow
         flow = self.flow
-        services.add(
-            Listener(
-                lambda: self.backend.notifier(),
-                cfg.queues,
-                on_work=self._hinted,
-                on_flow=(lambda: flow.wake()) if flow is not None else (lambda: None),
-                on_cancel=self.heartbeat.wake,
-                me=self.id,
-            )
+        self._listener = Listener(
+            lambda: self.backend.notifier(),
+            cfg.queues,
+            on_work=self._hinted,
+            on_flow=(lambda: flow.wake()) if flow is not None else (lambda: None),
+            on_cancel=self.heartbeat.wake,
+            me=self.id,
         )
+        services.add(self._listener)
         return services
 
     def _warn_unused_queues(self) -> None:
@@ -530,9 +531,16 @@ class Worker:
         running to the completer's queue may free one slot too many; unwritten
         outcomes count only while they exceed the slots, and then that one slot is
         still among them."""
+        listener = self._listener
         if wait is not None:
+            if listener is not None:
+                listener.pace(True)
             self._wake.wait(wait)
             limit = max(limit, min(self._free(), self.config.batch))
+        elif listener is not None:
+            # The last claim was full: this one is made without a hint, and so is
+            # the next while claims come back full. The hints can come slower.
+            listener.pace(False)
         if self._stopping or left.is_set():
             return None
         self._wake.clear()  # a hint from now on is for the next claim

@@ -118,7 +118,13 @@ class SQLiteNotifier(Notifier):
     another connection commits. One trivial read per poll: every ``interval``
     (2 ms) while the file changes, every ``idle_interval`` (10 ms) once it has not
     changed for ``idle_after`` seconds, so an idle worker wakes 100 times a second
-    and a busy one notices new work within about a millisecond."""
+    and one waiting for work notices it within about a millisecond.
+
+    While its consumer is busy (``pace(False)``: a worker claiming full batches,
+    which claims again without a hint) it polls every ``busy_interval`` (20 ms)
+    instead, and at once when the consumer waits again. Polling every 2 ms
+    through a drain, where every outcome's commit moves the version, cost its
+    worker 4-8 % of its CPU and 3-7 % of its jobs per second."""
 
     def __init__(
         self,
@@ -126,15 +132,25 @@ class SQLiteNotifier(Notifier):
         interval: float = 0.002,
         idle_interval: float = 0.01,
         idle_after: float = 5.0,
+        busy_interval: float = 0.02,
     ) -> None:
         self._conn = backend._new_connection()
         self._interval = interval
         self._idle_interval = idle_interval
         self._idle_after = idle_after
+        self._busy_interval = busy_interval
         self._last = self._version()
         self._changed_at = time.monotonic()
         self._closed = False
         self._lock = threading.Lock()
+        self._eager = threading.Event()
+        self._eager.set()
+
+    def pace(self, eager: bool) -> None:
+        if eager:
+            self._eager.set()  # wakes a busy wait: the next poll is now
+        else:
+            self._eager.clear()
 
     def _version(self) -> int:
         return int(self._conn.execute(Q["data_version"]).fetchone()[0])
@@ -154,12 +170,16 @@ class SQLiteNotifier(Notifier):
             remaining = deadline - now
             if remaining <= 0:
                 break
+            if not self._eager.is_set():
+                self._eager.wait(min(self._busy_interval, remaining))
+                continue
             idle = now - self._changed_at > self._idle_after
             time.sleep(min(self._idle_interval if idle else self._interval, remaining))
         return set()
 
     def close(self) -> None:
         self._closed = True
+        self._eager.set()
         with self._lock:
             self._conn.close()
 
