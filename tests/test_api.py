@@ -143,34 +143,30 @@ def test_a_bulk_send_leaves_the_garbage_collector_as_it_found_it(app, send_email
         assert not gc.isenabled()  # the caller's choice stands
     finally:
         gc.enable()
-    # two at once: the collector runs again only when both have ended
-    release, inside = threading.Event(), threading.Event()
+    # Two at once: the first turns it back on when it ends, the other still
+    # running (overlapping sends never keep it off for good).
+    gates = [(threading.Event(), threading.Event()) for _ in range(2)]
 
-    def slow(iterable):
+    def slow(iterable, inside, release):
         for n, item in enumerate(iterable):
             if n == 2 * STREAM_CHUNK:
                 inside.set()
                 release.wait(10)
             yield item
 
-    other = threading.Thread(target=send_email.send_many, args=(slow(items),))
-    other.start()
-    assert inside.wait(10)
-    send_email.send_many(items)
-    assert not gc.isenabled()  # the other send still runs
-    release.set()
-    other.join(10)
-    assert gc.isenabled()
-
-
-def test_send_options(app, send_email):
-    a = send_email.send("a", delay=60, priority=5, unique_key="welcome:42")
-    b = send_email.send("a", unique_key="welcome:42")
-    assert a.id == b.id and app.get_job(a.id).state == "scheduled"
-    c = send_email.send("a", idempotency_key="req-123")
-    d = send_email.send("b", idempotency_key="req-123")
-    assert c.id == d.id and d.args == ["a"]  # the original job, read back
-    assert app.get_job(a.id).priority == 5
+    threads = []
+    for inside, release in gates:
+        t = threading.Thread(target=send_email.send_many, args=(slow(items, inside, release),))
+        t.start()
+        threads.append(t)
+        assert inside.wait(10)
+    assert not gc.isenabled()  # both sends run
+    gates[0][1].set()
+    threads[0].join(10)
+    assert gc.isenabled() and threads[1].is_alive()
+    gates[1][1].set()
+    threads[1].join(10)
+    assert gc.isenabled() and not threads[1].is_alive()
 
 
 def test_a_send_without_options_gets_the_defaults_after_one_with_options(app, send_email):

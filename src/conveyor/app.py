@@ -1269,8 +1269,7 @@ def _check_retention(retention: Mapping[str, float | None]) -> dict[str, float |
 
 
 _paused_lock = threading.Lock()
-_paused_calls = 0
-_paused_was_enabled = False
+_paused = False
 
 
 @contextmanager
@@ -1278,20 +1277,23 @@ def _collection_paused() -> Iterator[None]:
     """No cyclic garbage collection while a bulk send runs: the thousands of
     handles and inserts it keeps alive are what set off collections, each of
     which walks them all again, and they form no cycles (a fifth of a 20,000-job
-    send_many's CPU time). The collector runs again, as it was, when the last of
-    the sends running at once ends."""
-    global _paused_calls, _paused_was_enabled
+    send_many's CPU time). The send that paused the collector turns it back on
+    when it ends; sends that start meanwhile (other threads: a server's bulk
+    requests) run as they find it, so overlapping sends never keep it off past
+    the first one's end. With the collector already off (the caller's choice),
+    nothing changes."""
+    global _paused
     with _paused_lock:
-        if _paused_calls == 0:
-            _paused_was_enabled = gc.isenabled()
+        mine = not _paused and gc.isenabled()
+        if mine:
+            _paused = True
             gc.disable()
-        _paused_calls += 1
     try:
         yield
     finally:
-        with _paused_lock:
-            _paused_calls -= 1
-            if _paused_calls == 0 and _paused_was_enabled:
+        if mine:
+            with _paused_lock:
+                _paused = False
                 gc.enable()
 
 
