@@ -169,6 +169,16 @@ def test_a_bulk_send_leaves_the_garbage_collector_as_it_found_it(app, send_email
     assert gc.isenabled() and not threads[1].is_alive()
 
 
+def test_send_options(app, send_email):
+    a = send_email.send("a", delay=60, priority=5, unique_key="welcome:42")
+    b = send_email.send("a", unique_key="welcome:42")
+    assert a.id == b.id and app.get_job(a.id).state == "scheduled"
+    c = send_email.send("a", idempotency_key="req-123")
+    d = send_email.send("b", idempotency_key="req-123")
+    assert c.id == d.id and d.args == ["a"]  # the original job, read back
+    assert app.get_job(a.id).priority == 5
+
+
 def test_a_send_without_options_gets_the_defaults_after_one_with_options(app, send_email):
     """The no-options template is made once and kept: options of other sends
     never leak into it."""
