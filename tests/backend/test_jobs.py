@@ -7,6 +7,7 @@ import itertools
 import threading
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from conveyor.backends.interfaces import JobStore
@@ -64,6 +65,56 @@ def test_one_job_is_stored_as_in_a_chunk(backend, delay_s):
     )
     assert _stored(backend, alone.id) == _stored(backend, chunk[0].id)
     assert _stored(backend, alone.id)["state"] == ("scheduled" if delay_s else "available")
+
+
+def _postgres_only(backend) -> None:
+    if backend.name != "postgres":
+        pytest.skip("a lone send goes straight through libpq on PostgreSQL alone")
+
+
+def test_a_lone_send_survives_the_server_forgetting_its_statement(backend):
+    """PostgreSQL prepares a lone send's statement once on each connection. When
+    the server no longer has it (DEALLOCATE ALL, a pooler's other session), the
+    send prepares it again: the job is sent once, and nothing raises."""
+    _postgres_only(backend)
+
+    def prepared(conn) -> set[str]:
+        return {r["name"] for r in conn.execute("SELECT name FROM pg_prepared_statements")}
+
+    backend.job_insert_many(jobs=[ins(args=[1])])
+    with backend.pool.connection() as conn:  # the one the send used: the pool is LIFO
+        assert "conveyor_send_one" in prepared(conn)
+        conn.execute("DEALLOCATE ALL", prepare=False)
+        assert "conveyor_send_one" not in prepared(conn)
+        pid = conn.info.backend_pid
+    [again] = backend.job_insert_many(jobs=[ins(args=[2])])
+    with backend.pool.connection() as conn:
+        assert conn.info.backend_pid == pid  # the same session, so the path was taken
+        assert "conveyor_send_one" in prepared(conn)
+    assert backend.job_get(job_id=again.id).args == [2]
+    assert backend.job_count(filter=JobFilter(queues=("q",)))["available"] == 2
+
+
+@pytest.mark.parametrize("field", ["tenant", "stage"])
+def test_a_lone_send_with_a_nul_is_refused_whole(backend, field):
+    """libpq ends a text parameter at a NUL byte, so such a send goes through
+    psycopg, which refuses it as for a chunk: nothing is stored cut short."""
+    _postgres_only(backend)
+    for jobs in ([ins(**{field: "a\x00b"})], [ins(**{field: "a\x00b"}), ins()]):
+        with pytest.raises(psycopg.DataError):
+            backend.job_insert_many(jobs=jobs)
+    assert not any(backend.job_count(filter=JobFilter(queues=("q",))).values())
+
+
+def test_a_lone_send_fails_with_the_error_a_chunk_gets(backend):
+    """The server's error for a lone send is psycopg's class for its SQLSTATE, as
+    when psycopg runs the statement (a value out of an int column's range)."""
+    _postgres_only(backend)
+    for jobs in ([ins(priority=2**40)], [ins(priority=2**40), ins()]):
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            backend.job_insert_many(jobs=jobs)
+    [ok] = backend.job_insert_many(jobs=[ins(priority=2**31 - 1, args=["after"])])
+    assert backend.job_get(job_id=ok.id).priority == 2**31 - 1
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 30.0])

@@ -5,6 +5,7 @@ refused: the job counts once (issue 8)."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from urllib.parse import urlsplit, urlunsplit
 
@@ -12,6 +13,7 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
+from conveyor.errors import DatabaseUnavailable
 
 from ..runtime.conftest import Procs
 from .conftest import wait_until
@@ -67,3 +69,49 @@ def test_a_worker_cut_off_longer_than_its_ttl_loses_its_job_to_another(db_url, t
         cut_off.cleanup()
         rescuer.cleanup()
         producer.close()
+
+
+def test_a_send_cut_off_mid_statement_fails_clearly_and_the_next_one_goes(db_url, proxy_to):
+    """A lone send on PostgreSQL runs through libpq directly (PostgresBackend.
+    _send_one). Cut off while the server holds its statement (a lock), it raises
+    DatabaseUnavailable naming the server, as psycopg's own path does, not a bare
+    driver error; once the network is back, the next send goes on a new
+    connection."""
+    if not db_url.startswith("postgres"):
+        pytest.skip("the libpq send path is PostgreSQL's")
+    info = psycopg.conninfo.conninfo_to_dict(db_url)
+    proxy = proxy_to(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))
+    producer = Conveyor(_via(db_url, proxy.port))
+    task = producer.task(name="t")(lambda *a: None)
+    producer.migrate()
+    task.send(0)  # its statement is prepared on the pooled connection now
+    failed: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            task.send(1)
+        except BaseException as exc:
+            failed.append(exc)
+
+    with psycopg.connect(db_url) as locker:
+        locker.execute("LOCK TABLE conveyor_jobs IN SHARE MODE")  # inserts wait for it
+        sender = threading.Thread(target=send)
+        sender.start()
+        wait_until(
+            lambda: locker.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%INSERT INTO conveyor_jobs%'"
+            ).fetchone()[0],
+            30,
+            "the send waiting on the lock",
+        )
+        proxy.cut()
+        sender.join(30)
+        locker.rollback()
+    assert not sender.is_alive()
+    assert len(failed) == 1 and isinstance(failed[0], DatabaseUnavailable), failed
+    assert "PostgreSQL at" in str(failed[0])
+    proxy.restore()
+    job = task.send(2)
+    assert producer.get_job(job.id).args == [2]
+    producer.close()
