@@ -81,7 +81,8 @@ def test_a_send_cut_off_mid_statement_fails_clearly_and_the_next_one_goes(db_url
         pytest.skip("the libpq send path is PostgreSQL's")
     info = psycopg.conninfo.conninfo_to_dict(db_url)
     proxy = proxy_to(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))
-    producer = Conveyor(_via(db_url, proxy.port))
+    via = _via(db_url, proxy.port)
+    producer = Conveyor(via + ("&" if "?" in via else "?") + "application_name=cut_send")
     task = producer.task(name="t")(lambda *a: None)
     producer.migrate()
     task.send(0)  # its statement is prepared on the pooled connection now
@@ -100,7 +101,7 @@ def test_a_send_cut_off_mid_statement_fails_clearly_and_the_next_one_goes(db_url
         wait_until(
             lambda: locker.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%INSERT INTO conveyor_jobs%'"
+                " AND application_name = 'cut_send'"
             ).fetchone()[0],
             30,
             "the send waiting on the lock",
