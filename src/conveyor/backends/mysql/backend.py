@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import secrets
 import socket
@@ -297,6 +298,8 @@ class MySQLBackend(SqlBackend):
         self._local = threading.local()
         self._all: list[pymysql.connections.Connection[Any]] = []
         self._lock = threading.Lock()
+        #: the process the connections are this one's in (see _after_fork)
+        self._pid = os.getpid()
         #: deadlocks and lock wait timeouts retried so far (racing workers)
         self.deadlock_retries = 0
         conn = self._conn()  # fail now, with the server's reason, if we cannot connect
@@ -353,6 +356,8 @@ class MySQLBackend(SqlBackend):
         """This thread's connection. One idle for a while is pinged first: after a
         server restart it is dead, and the statement about to use it would fail
         although the server is back (PostgreSQL's pool does the same check)."""
+        if self._pid != os.getpid():
+            self._after_fork()
         conn: pymysql.connections.Connection[Any] | None = getattr(self._local, "conn", None)
         now = time.monotonic()
         if conn is not None and now - getattr(self._local, "used", now) > CHECK_IDLE_S:
@@ -368,6 +373,18 @@ class MySQLBackend(SqlBackend):
                 self._all.append(conn)
         self._local.used = now
         return conn
+
+    def _after_fork(self) -> None:
+        """In a child forked from the process that opened the connections: forget
+        them, unclosed, and connect anew. Each is a session of the parent's; a
+        statement of the child's on one would interleave with the parent's on the
+        same socket, and closing one (a QUIT) would end the parent's session. Their
+        sockets close with the child (pymysql closes without a QUIT when collected),
+        which the parent's copies do not notice."""
+        self._pid = os.getpid()
+        self._local = threading.local()
+        self._all = []
+        self._lock = threading.Lock()  # the parent's may have been held at the fork
 
     def _drop(self) -> None:
         """Forget this thread's connection after a connection error: the next call
@@ -592,6 +609,8 @@ class MySQLBackend(SqlBackend):
                 cur.execute(Q["migration_unlock"])
 
     def close(self) -> None:
+        if self._pid != os.getpid():
+            self._after_fork()  # a child closes its own connections, not the parent's
         with self._lock:
             conns, self._all = self._all, []
         for conn in conns:

@@ -12,6 +12,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import random
 import re
 import select
@@ -149,6 +150,20 @@ def _positional(sql: str) -> tuple[tuple[str, ...], bytes]:
         raise ValueError(f"a % left in a statement sent as it is: {made!r}")
     return tuple(names), made.encode()
 
+
+#: pools a forked child inherited (PostgresBackend.pool): kept, so never closed
+_INHERITED: list[Any] = []
+_FORK_LOCK = threading.Lock()
+
+
+def _new_fork_lock() -> None:
+    """In a forked child: a lock a parent's thread held at the fork stays held."""
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_fork_lock)
 
 #: A plain send's statement, prepared once on each connection under this name
 _SEND = b"conveyor_send_one"
@@ -682,16 +697,40 @@ class PostgresBackend(SqlBackend):
         self._claim_functions: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         #: False once the role was refused a temporary function (no TEMP privilege)
         self._temp_functions = True
-        self.pool = _Pool(
-            url,
+        self._max_connections = max_connections
+        self._pid = os.getpid()
+        self._pool = self._open_pool()
+
+    def _open_pool(self) -> _Pool:
+        return _Pool(
+            self.url,
             min_size=1,
-            max_size=max_connections,
-            kwargs={"autocommit": True, "row_factory": dict_row, **_network_defaults(url)},
+            max_size=self._max_connections,
+            kwargs={"autocommit": True, "row_factory": dict_row, **_network_defaults(self.url)},
             configure=_configure,
             check=_check,
             open=True,
             name="conveyor",
         )
+
+    @property
+    def pool(self) -> _Pool:
+        """The connection pool, opened again in a child forked from the process
+        that opened it. The parent's pooled connections are the parent's sessions:
+        a statement of the child's on one would interleave with the parent's on the
+        same socket, and its pool's threads, which make and check connections, did
+        not survive the fork. The parent's pool is kept, neither used nor closed:
+        closing a connection tells the server to end the session, the parent's too
+        (psycopg does not finish a connection collected in another process than
+        its own, but a pool's close would)."""
+        if self._pid != os.getpid():
+            with _FORK_LOCK:
+                if self._pid != os.getpid():
+                    _INHERITED.append(self._pool)
+                    self._claim_functions = weakref.WeakSet()
+                    self._pool = self._open_pool()
+                    self._pid = os.getpid()
+        return self._pool
 
     def close(self) -> None:
         self.pool.close()
