@@ -168,8 +168,6 @@ if hasattr(os, "register_at_fork"):
 #: A plain send's statement, prepared once on each connection under this name
 _SEND = b"conveyor_send_one"
 _SEND_NAMES, _SEND_SQL = _positional(Q["job_insert_one"])
-#: the connections it is prepared on, and their encodings
-_SEND_READY: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _SQLSTATE = psycopg.pq.DiagnosticField.SQLSTATE
 #: the server does not know the statement (DEALLOCATE ALL, a pooler's other session)
@@ -695,6 +693,11 @@ class PostgresBackend(SqlBackend):
         self._windows = WindowSizes()
         #: the pooled connections whose session has the limited claim's function
         self._claim_functions: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+        #: the pooled connections whose session has a lone send's statement
+        #: (_send_one), and their encodings
+        self._send_statements: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = (
+            weakref.WeakKeyDictionary()
+        )
         #: False once the role was refused a temporary function (no TEMP privilege)
         self._temp_functions = True
         self._max_connections = max_connections
@@ -727,7 +730,6 @@ class PostgresBackend(SqlBackend):
             with _FORK_LOCK:
                 if self._pid != os.getpid():
                     _INHERITED.append(self._pool)
-                    self._claim_functions = weakref.WeakSet()
                     self._pool = self._open_pool()
                     self._pid = os.getpid()
         return self._pool
@@ -901,7 +903,7 @@ class PostgresBackend(SqlBackend):
         params = {**job._asdict(), "now": now, "channel": CHANNEL}
         with _translated(self.url), self.pool.connection() as conn:
             pg: Any = conn.pgconn  # (its stub leaves out None, the NULL libpq takes)
-            encoding = _SEND_READY.get(pg) or self._prepare_send(conn)
+            encoding = self._send_statements.get(conn) or self._prepare_send(conn)
             values = _text_params([params[name] for name in _SEND_NAMES], encoding)
             if values is None:
                 return None
@@ -916,8 +918,7 @@ class PostgresBackend(SqlBackend):
                 raise RuntimeError("the send's INSERT returned no id")
             return int(job_id)
 
-    @staticmethod
-    def _prepare_send(conn: psycopg.Connection[Any]) -> str:
+    def _prepare_send(self, conn: psycopg.Connection[Any]) -> str:
         """Prepares the send's statement on this connection; its encoding."""
         pg = conn.pgconn
         encoding = conn.info.encoding
@@ -930,7 +931,7 @@ class PostgresBackend(SqlBackend):
                 res = pg.prepare(_SEND, _SEND_SQL)
             if res.status != psycopg.pq.ExecStatus.COMMAND_OK:
                 raise _send_error(pg, res, encoding)
-        _SEND_READY[pg] = encoding
+        self._send_statements[conn] = encoding
         return encoding
 
     def job_insert_stream(
@@ -989,11 +990,11 @@ class PostgresBackend(SqlBackend):
         read = cur.connection.cursor(row_factory=tuple_row)
         params = {"change": begun["change"], "after": begun["after"]}
         # One row, not one per job (reading 20,000 ids was a tenth of a send_many).
-        [(written, first, last)] = read.execute(Q["job_copy_span"], params).fetchall()
+        [(written, low, high)] = read.execute(Q["job_copy_span"], params).fetchall()
         if written != rows.count:
             raise RuntimeError(f"COPY wrote {written} jobs of {rows.count}")
-        if last - first + 1 == written:
-            ids = list(range(first, last + 1))
+        if high - low + 1 == written:
+            ids = list(range(low, high + 1))
         else:  # another writer took ids from the sequence in between: read them
             ids = [r[0] for r in read.execute(Q["job_copy_ids"], params).fetchall()]
         if rows.delayed:
