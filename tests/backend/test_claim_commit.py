@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from ..conftest import only_on
 from .helpers import fetch, ins, pg_setting
 
 
@@ -14,10 +15,12 @@ def _setting(conn) -> str:
     return pg_setting(conn, "synchronous_commit")
 
 
+#: synchronous_commit is PostgreSQL's
+pytestmark = only_on("postgres")
+
+
 @pytest.fixture
 def pg(backend):
-    if backend.name != "postgres":
-        pytest.skip("synchronous_commit is PostgreSQL's")
     return backend
 
 

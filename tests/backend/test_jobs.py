@@ -13,6 +13,7 @@ import pytest
 from conveyor.backends.interfaces import JobStore
 from conveyor.records import Finalize, JobFilter
 
+from ..conftest import only_on
 from .helpers import done, fetch, ins, later, raw_connection
 
 # -- inserting --------------------------------------------------------------------------
@@ -67,16 +68,15 @@ def test_one_job_is_stored_as_in_a_chunk(backend, delay_s):
     assert _stored(backend, alone.id)["state"] == ("scheduled" if delay_s else "available")
 
 
-def _postgres_only(backend) -> None:
-    if backend.name != "postgres":
-        pytest.skip("a lone send goes straight through libpq on PostgreSQL alone")
+#: a lone send goes straight through libpq on PostgreSQL alone
+on_libpq_send = only_on("postgres")
 
 
+@on_libpq_send
 def test_a_lone_send_survives_the_server_forgetting_its_statement(backend):
     """PostgreSQL prepares a lone send's statement once on each connection. When
     the server no longer has it (DEALLOCATE ALL, a pooler's other session), the
     send prepares it again: the job is sent once, and nothing raises."""
-    _postgres_only(backend)
 
     def prepared(conn) -> set[str]:
         return {r["name"] for r in conn.execute("SELECT name FROM pg_prepared_statements")}
@@ -96,20 +96,20 @@ def test_a_lone_send_survives_the_server_forgetting_its_statement(backend):
 
 
 @pytest.mark.parametrize("field", ["tenant", "stage"])
+@on_libpq_send
 def test_a_lone_send_with_a_nul_is_refused_whole(backend, field):
     """libpq ends a text parameter at a NUL byte, so such a send goes through
     psycopg, which refuses it as for a chunk: nothing is stored cut short."""
-    _postgres_only(backend)
     for jobs in ([ins(**{field: "a\x00b"})], [ins(**{field: "a\x00b"}), ins()]):
         with pytest.raises(psycopg.DataError):
             backend.job_insert_many(jobs=jobs)
     assert not any(backend.job_count(filter=JobFilter(queues=("q",))).values())
 
 
+@on_libpq_send
 def test_a_lone_send_fails_with_the_error_a_chunk_gets(backend):
     """The server's error for a lone send is psycopg's class for its SQLSTATE, as
     when psycopg runs the statement (a value out of an int column's range)."""
-    _postgres_only(backend)
     for jobs in ([ins(priority=2**40)], [ins(priority=2**40), ins()]):
         with pytest.raises(psycopg.errors.NumericValueOutOfRange):
             backend.job_insert_many(jobs=jobs)
@@ -177,12 +177,11 @@ def test_a_stream_that_starts_now_keeps_the_delays_of_later_jobs(backend):
     assert sorted(c.job.id for c in changed if c.job) == sorted(r.id for r in streamed)
 
 
+@only_on("postgres")  # COPY and its id sequence are PostgreSQL's
 def test_a_stream_with_gaps_in_its_ids_gives_each_job_its_own(backend):
     """PostgreSQL reads a COPY's ids as one span (count, first, last) when they
     are consecutive; when they are not (another writer took ids from the sequence
     in between; here the sequence steps by 3), it reads them one by one."""
-    if backend.name != "postgres":
-        pytest.skip("COPY and its id sequence are PostgreSQL's")
     with raw_connection(backend) as conn:
         conn.execute(
             "DO $$ BEGIN EXECUTE format('ALTER SEQUENCE %s INCREMENT BY 3', "

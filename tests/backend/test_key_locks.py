@@ -22,14 +22,13 @@ import pytest
 from conveyor import Conveyor
 from conveyor.backends.postgres.backend import CLAIM_LIMITED_FUNCTION
 
-from ..conftest import pg_schema_url
+from ..conftest import only_on, pg_schema_url
 from .helpers import fetch, ins, keyed_claim_params
 
 
 @pytest.fixture
 def pg(backend):
-    if backend.name != "postgres":
-        pytest.skip("the key locks are PostgreSQL's advisory locks")
+    """The backend of a test of PostgreSQL's key locks (advisory locks)."""
     return backend
 
 
@@ -69,6 +68,7 @@ def _claim_in_thread(pg, queue: str) -> tuple[threading.Thread, list[Any]]:
     return thread, got
 
 
+@only_on("postgres")
 def test_claims_whose_keys_do_not_meet_do_not_wait_on_each_other(pg):
     a, b = "a", "b"
     pg.job_insert_many(jobs=[ins(queue="qa", concurrency_key=a, concurrency_limit=1)])
@@ -83,6 +83,7 @@ def test_claims_whose_keys_do_not_meet_do_not_wait_on_each_other(pg):
 
 
 @pytest.mark.parametrize("shared", ["concurrency", "rate"])
+@only_on("postgres")
 def test_a_key_held_by_a_claim_in_flight_is_skipped_then_counted(pg, shared):
     """Queues qa and qb share key k (2 slots, or 2 tokens). While the claim of qa
     that took one is in flight, a claim of qb leaves k out at once; after its
@@ -101,6 +102,7 @@ def test_a_key_held_by_a_claim_in_flight_is_skipped_then_counted(pg, shared):
     assert len(fetch(pg, 10, queues=("qb",), worker="w3")) == 1
 
 
+@only_on("postgres")
 def test_an_app_in_another_schema_never_holds_this_apps_keys(pg, pg_database):
     """Advisory locks are the database's: two apps in two schemas of one database
     lock their keys apart (the job table's oid is in the lock's hash)."""
@@ -123,6 +125,7 @@ def test_an_app_in_another_schema_never_holds_this_apps_keys(pg, pg_database):
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+@only_on("postgres")
 def test_a_claim_locks_at_most_128_keys_and_leaves_the_rest(pg):
     pg.job_insert_many(
         jobs=[ins(queue="qa", concurrency_key=f"k{i}", concurrency_limit=1) for i in range(200)]
@@ -145,8 +148,7 @@ def test_a_claim_locks_at_most_128_keys_and_leaves_the_rest(pg):
 
 @pytest.fixture
 def my(backend):
-    if backend.name != "mysql":
-        pytest.skip("the named key locks are MySQL's")
+    """The backend of a test of MySQL's key locks (named locks)."""
     return backend
 
 
@@ -170,6 +172,7 @@ def _keys_held(my, *keys: str) -> Iterator[None]:
         conn.close()  # the session's named locks go with it
 
 
+@only_on("mysql")
 def test_mysql_claims_skip_the_keys_another_claim_holds(my):
     """MySQL's key locks are the session's (GET_LOCK), not the transaction's: a
     claim tries them without waiting and leaves out the candidates of keys held
@@ -185,6 +188,7 @@ def test_mysql_claims_skip_the_keys_another_claim_holds(my):
     assert [j.concurrency_key for j in fetch(my, 10, worker="w4")] == ["b"]
 
 
+@only_on("postgres")
 def test_a_claim_counts_the_claims_committed_while_it_waited_for_the_queue_lock(pg):
     """The limited claim runs its statements in one function call, each with a
     snapshot of its own: one that waited for the queue's lock counts the jobs
@@ -210,6 +214,7 @@ def test_a_claim_counts_the_claims_committed_while_it_waited_for_the_queue_lock(
     assert len([j for j in fetch(pg, 10, queues=("qa",), worker="w3")]) == 0
 
 
+@only_on("postgres")
 def test_a_session_that_lost_its_claim_function_makes_it_again(pg):
     """The limited claim's function is the session's own (pg_temp): a pooled
     connection whose temporary objects were dropped makes it again."""
@@ -222,6 +227,7 @@ def test_a_session_that_lost_its_claim_function_makes_it_again(pg):
     assert len(fetch(pg, 5, queues=("qa",))) == 1
 
 
+@only_on("postgres")
 def test_a_role_that_may_not_create_temporary_objects_claims_statement_by_statement(pg):
     """Without the TEMPORARY privilege the session cannot make the claim's
     function: limited claims then run its statements one by one, and still hold

@@ -14,13 +14,15 @@ import pytest
 
 from conveyor.records import JobFilter
 
+from ..conftest import only_on
 from .helpers import backend_at_schema, done, fetch, ins
+
+#: the job table is partitioned on PostgreSQL only
+pytestmark = only_on("postgres")
 
 
 @pytest.fixture
-def pg(backend, db_url):
-    if not db_url.startswith("postgres"):
-        pytest.skip("the job table is partitioned on PostgreSQL only")
+def pg(backend):
     return backend
 
 
@@ -59,8 +61,6 @@ def test_an_outcome_moves_its_job_out_of_the_live_partition(pg):
 
 
 def test_the_migration_from_v16_keeps_every_job(db_url, monkeypatch):
-    if not db_url.startswith("postgres"):
-        pytest.skip("the job table is partitioned on PostgreSQL only")
     with backend_at_schema(db_url, monkeypatch, 16) as (old, upgrade):
         sent = old.job_insert_many(
             jobs=[ins(args=[i], idempotency_key=f"k{i}") for i in range(6)]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ..conftest import only_on
 from .helpers import done, fetch, ins, keyed_claim_params, pg_setting
 
 # (query, the index its plan must use)
@@ -70,9 +71,8 @@ def _pg_index_names(backend: Any, index: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("query", "index"), PLANNED)
+@only_on("sqlite", "postgres")  # MySQL has no partial indexes: its queries use generated columns
 def test_maintenance_queries_use_their_partial_index(backend, db_url, query, index):
-    if db_url.startswith("mysql"):
-        pytest.skip("MySQL has no partial indexes; its own queries use generated columns")
     if db_url.startswith("sqlite"):
         plan = _sqlite_plan(backend, query)
         assert index in plan, plan
@@ -83,13 +83,12 @@ def test_maintenance_queries_use_their_partial_index(backend, db_url, query, ind
     assert "Seq Scan on conveyor_jobs" not in plan, plan
 
 
+@only_on("sqlite")  # PostgreSQL's rescue plan is checked with its hot paths below
 def test_the_rescue_reads_running_jobs_only_on_sqlite(backend, db_url):
     """The leader's rescue runs every second under SQLite's write lock: it must
     read the running jobs through their partial indexes, not walk the table by
     rowid (one OR'd condition ordered by id did: 41 ms a pass at 120,000
     finished jobs, every claim and completion waiting behind it)."""
-    if not db_url.startswith("sqlite"):
-        pytest.skip("SQLite's plan (PostgreSQL's rescue plan is checked with its hot paths below)")
     plan = _sqlite_plan(backend, "job_expired_leases")
     assert "conveyor_jobs_lease_idx" in plan and "conveyor_jobs_owner_idx" in plan, plan
     assert not re.search(r"^SCAN (j|conveyor_jobs)$", plan, re.M), plan
@@ -120,13 +119,12 @@ def _walked(plan: str) -> int:
     return max((int(n) for n in re.findall(r"Rows Removed by Join Filter: (\d+)", plan)), default=0)
 
 
+@only_on("postgres")  # plans of PostgreSQL's set-based claim and completion
 def test_hot_paths_find_jobs_by_id_when_statistics_are_stale(backend, db_url):
     """Right after a table was analyzed empty and then filled (a new install, a
     bulk enqueue before autovacuum's next ANALYZE), a claim and a completion still
     touch only their own jobs: they name them by id, an index condition, instead
     of trusting the planner's estimate of a nearly empty table."""
-    if not db_url.startswith("postgres"):
-        pytest.skip("plans of PostgreSQL's set-based claim and completion")
     from conveyor.backends.postgres.backend import _finalize_params
     from conveyor.records import Finalize
 
@@ -176,6 +174,7 @@ def test_hot_paths_find_jobs_by_id_when_statistics_are_stale(backend, db_url):
     assert "Seq Scan on conveyor_jobs" not in rescue, rescue
 
 
+@only_on("postgres")  # the plan of PostgreSQL's limited claim
 def test_limited_claim_reads_its_window_in_index_order(backend, db_url):
     """A limited claim's candidates come off the fetch index in order, the walk
     stopping after the window: an ordered path exists and is taken once a sort is
@@ -184,8 +183,6 @@ def test_limited_claim_reads_its_window_in_index_order(backend, db_url):
     CTE outside the index scan, lost its order and sorted 12,100 waiting jobs per
     claim, 13 ms instead of 6. This test did not reproduce those statistics; it
     guards the ordered walk, which a reordering of the query could lose.)"""
-    if not db_url.startswith("postgres"):
-        pytest.skip("the plan of PostgreSQL's limited claim")
     backend.job_insert_many(
         jobs=[ins(args=[i], concurrency_key=f"u{i % 50}", concurrency_limit=2) for i in range(3000)]
     )
@@ -226,6 +223,7 @@ def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
     assert "rows=100 loops=1" in plan, plan
 
 
+@only_on("postgres")  # PostgreSQL's bitmap scans
 def test_a_limited_claims_transaction_counts_running_jobs_without_bitmap_scans(backend, db_url):
     """A queue's running jobs are counted through a partial index on the running
     state, which keeps an entry for every job that ran since the last VACUUM. Only a
@@ -234,8 +232,6 @@ def test_a_limited_claims_transaction_counts_running_jobs_without_bitmap_scans(b
     20,000 jobs, visited all of them again in every claim (0.8 ms; 0.1 ms without).
     The limited claim's lock statement turns bitmap scans off for its transaction,
     and for that transaction only."""
-    if not db_url.startswith("postgres"):
-        pytest.skip("PostgreSQL's bitmap scans")
     backend.queue_set_limit(name="q", max_running=1000)
     backend.job_insert_many(jobs=[ins(args=[i]) for i in range(200)])
     ran = fetch(backend, 100, worker="w1")

@@ -4,12 +4,11 @@ connection the pool ever opened (a one-by-one send took twice as long)."""
 
 from __future__ import annotations
 
-import pytest
+from ..conftest import only_on
 
 
+@only_on("postgres")  # PostgreSQL's connection pool
 def test_a_lone_caller_keeps_using_one_connection(backend):
-    if not hasattr(backend, "pool"):
-        pytest.skip("PostgreSQL's connection pool")
     pool = backend.pool
     held = [pool.getconn() for _ in range(3)]  # the pool has three open now
     for conn in held:

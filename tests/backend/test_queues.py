@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from conveyor.records import JobFilter
 
+from ..conftest import only_on
 from .helpers import done, fetch, ins, raw_connection
 
 
@@ -154,10 +155,9 @@ def test_a_per_key_limit_holds_across_queues(backend):
     assert len(first) == 2 and sum(j.concurrency_key == "user=1" for j in first) == 1
 
 
+@only_on("postgres")  # its queue locks are advisory locks (SQLite has one writer)
 def test_limited_queues_claim_without_waiting_on_each_other(backend):
     """PostgreSQL: a limited claim locks its own queue (and keys), not the cluster."""
-    if backend.name != "postgres":
-        return  # SQLite has one writer: there is no lock to share or not
     import threading
     import time
 

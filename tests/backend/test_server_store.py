@@ -11,6 +11,8 @@ from conveyor.records import (
     EXPLICIT_MAX_ATTEMPTS,
     EXPLICIT_TIMEOUT,
     ApiToken,
+    JobFilter,
+    JobInsert,
     Lease,
     TaskSettings,
     TokenScope,
@@ -24,7 +26,7 @@ def _token(tid: str = "abc123", scope: TokenScope = TokenScope.READ) -> ApiToken
 
 
 def test_tokens_are_stored_with_their_hash_listed_and_revoked(backend):
-    assert backend.token_count_active() == 0
+    assert backend.token_count_active() == 0 and backend.token_count_all() == 0
     backend.token_insert(token=_token("a1", TokenScope.ADMIN), secret_hash="h1")
     backend.token_insert(token=_token("b2"), secret_hash="h2")
     found = backend.token_find(token_id="a1")
@@ -39,6 +41,7 @@ def test_tokens_are_stored_with_their_hash_listed_and_revoked(backend):
     assert backend.token_revoke(token_id="a1") is False  # already revoked
     assert backend.token_revoke(token_id="nope") is False
     assert backend.token_count_active() == 1
+    assert backend.token_count_all() == 2  # a revoked token stays as a row
     revoked = backend.token_find(token_id="a1")[0]
     assert not revoked.active and revoked.revoked_at is not None
 
@@ -160,3 +163,43 @@ def test_bulk_actions_are_recorded_updated_and_listed_newest_first(backend):
     assert [a.id for a in backend.action_list(limit=10)] == ["a2", "a1"]
     assert backend.action_get(action_id="a2").error == "boom"
     assert backend.action_get(action_id="nope") is None
+
+
+def _sent(task: str, args=(), kwargs=None) -> JobInsert:
+    doc = {"args": list(args), "kwargs": kwargs or {}, "headers": {"h": "hunter2-in-headers"}}
+    return JobInsert(queue="q", task=task, args_json=json.dumps(doc))
+
+
+def test_sensitive_parameters_are_recorded_and_search_never_looks_inside_them(backend):
+    assert backend.task_sensitive_list() == {}
+    backend.task_sensitive_add(task="login", parameters={"password": 1, "pin": None})
+    backend.task_sensitive_add(task="login", parameters={"password": 2})  # moved: kept, updated
+    assert backend.task_sensitive_list() == {"login": {"password": 2, "pin": None}}
+    by_position, by_name, other = (
+        j.id
+        for j in backend.job_insert_many(
+            jobs=[
+                _sent("login", ["bob", {"x": 1}, "hunter2"]),
+                _sent("login", kwargs={"user": "Amy", "password": "hunter2", "pin": "4321"}),
+                _sent("other", ["hunter2", "4321"]),
+            ]
+        )
+    )
+
+    def search(text: str) -> list[int]:
+        found = backend.job_list(filter=JobFilter(search=text))
+        counted = backend.job_count(filter=JobFilter(search=text))
+        assert sum(counted.values()) == len(found)
+        return sorted(j.id for j in found)
+
+    assert search("hunter2") == [other]  # a secret is not found, by position or by name
+    assert search("4321") == [other]
+    assert search("password") == []  # (nor its name)
+    assert search("bob") == [by_position]
+    assert search('"x"') == [by_position]  # inside a value
+    assert search("amy") == [by_name]  # a keyword's value, ignoring case
+    assert search("user") == [by_name]  # and its name
+    assert search("%") == []  # (% and _ are literal)
+    backend.task_sensitive_add(task="other", parameters={"a": 0})
+    assert search("hunter2") == []
+    assert search("4321") == [other]  # its second argument is not sensitive

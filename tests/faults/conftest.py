@@ -121,7 +121,8 @@ def cluster() -> Iterator[Cluster]:
 
 class Proxy:
     """A TCP forwarder to ``target``: ``cut()`` resets every connection and refuses
-    new ones (a network cut as the client sees it), ``restore()`` undoes it."""
+    new ones (a network cut as the client sees it), ``restore()`` undoes it;
+    ``hold()`` forwards nothing more until ``release()``."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -129,6 +130,7 @@ class Proxy:
         self._socks: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._cut = False
+        self._held = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._stop = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -155,6 +157,8 @@ class Proxy:
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                while self._held.is_set() and not self._cut:
+                    time.sleep(0.01)
                 if self._cut:
                     break
                 dst.sendall(data)
@@ -174,6 +178,16 @@ class Proxy:
 
     def restore(self) -> None:
         self._cut = False
+
+    def hold(self) -> None:
+        """Keep every byte from now on, both ways, the connections open: a
+        database that stopped answering (its host frozen, the process stopped)
+        without a word to the client, whose TCP stack still acknowledges. (For
+        5 s: then the upstream socket's timeout resets the connection.)"""
+        self._held.set()
+
+    def release(self) -> None:
+        self._held.clear()
 
     def close(self) -> None:
         self._stop = True

@@ -12,13 +12,13 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.backends.sql.backend import SqlBackend
+from tests.conftest import skip_unless
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_transaction_left_idle_mid_way_does_not_hold_its_locks(db_url, monkeypatch):
-    if db_url.startswith("sqlite"):
-        pytest.skip("one file, one process's connection: no session a server could end")
+    skip_unless(db_url, "network", "a database in a file has no server to end a session")
     monkeypatch.setattr(SqlBackend, "IDLE_TRANSACTION_S", 2.0)
     stuck, other = Conveyor(db_url), Conveyor(db_url)
     try:

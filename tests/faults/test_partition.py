@@ -14,6 +14,7 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.errors import DatabaseUnavailable
+from tests.conftest import only_on, skip_unless
 
 from ..runtime.conftest import Procs
 from .conftest import wait_until
@@ -29,8 +30,7 @@ def _via(url: str, port: int) -> str:
 
 
 def test_a_worker_cut_off_longer_than_its_ttl_loses_its_job_to_another(db_url, tmp_path, proxy_to):
-    if db_url.startswith("sqlite"):
-        pytest.skip("a network partition needs a database across a network")
+    skip_unless(db_url, "network", "a network partition needs a database across a network")
     if db_url.startswith("mysql"):
         from conveyor.backends.mysql.backend import parse_url
 
@@ -71,14 +71,13 @@ def test_a_worker_cut_off_longer_than_its_ttl_loses_its_job_to_another(db_url, t
         producer.close()
 
 
+@only_on("postgres")
 def test_a_send_cut_off_mid_statement_fails_clearly_and_the_next_one_goes(db_url, proxy_to):
     """A lone send on PostgreSQL runs through libpq directly (PostgresBackend.
     _send_one). Cut off while the server holds its statement (a lock), it raises
     DatabaseUnavailable naming the server, as psycopg's own path does, not a bare
     driver error; once the network is back, the next send goes on a new
     connection."""
-    if not db_url.startswith("postgres"):
-        pytest.skip("the libpq send path is PostgreSQL's")
     info = psycopg.conninfo.conninfo_to_dict(db_url)
     proxy = proxy_to(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))
     via = _via(db_url, proxy.port)

@@ -15,7 +15,9 @@ SUPPORTED = (
 
 def open_backend(url: str) -> Backend:
     """``sqlite:///relative.db``, ``sqlite:////absolute.db`` (``?synchronous=normal``),
-    ``postgresql://`` / ``postgres://`` URLs as libpq understands them, or
+    ``postgresql://`` / ``postgres://`` URLs as libpq understands them (behind a
+    pooler in transaction mode such as PgBouncer's, with ``?pooler=transaction``
+    and optionally ``&listen_url=...``: see PostgresBackend), or
     ``mysql://user:pass@host:3306/db`` / ``mariadb://`` (MySQL 8.0+, MariaDB 10.6+)."""
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"database URL is empty: expected {SUPPORTED}")

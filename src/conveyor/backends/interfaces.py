@@ -15,7 +15,7 @@ without sleeping.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -49,6 +49,9 @@ CAPABILITIES = frozenset(
         "push_notifications",
         # claims skip rows other claimers hold (SKIP LOCKED) instead of serialising
         "skip_locked",
+        # the database is a server across a network, not a file in this process: it
+        # can go down, be cut off, or end a session while the process runs
+        "network",
     }
 )
 
@@ -136,7 +139,10 @@ class JobStore(abc.ABC):
         come: a backend that can send a chunk and go on without waiting for it
         lets the caller encode the next one while the database writes this one.
         An exception from ``chunks`` rolls everything back. Ids come back in
-        input order. This default takes every chunk first, then writes them."""
+        input order. This default takes every chunk first, then writes them.
+        ``chunks`` may be taken while this backend holds a connection: making
+        them must not use the database (a pool whose every connection is held
+        so never gives a second one)."""
         return self.job_insert_many(jobs=[job for chunk in chunks for job in chunk], now=now)
 
     @abc.abstractmethod
@@ -384,7 +390,8 @@ class FlowStore(abc.ABC):
         jobs are ``chunks(batch_id)``'s, made with that id: a backend may write
         the batch row first and each chunk while the next is made (PostgreSQL),
         or make them all first with ``chunks(0)`` and set the id itself. A count
-        other than ``total`` writes nothing."""
+        other than ``total`` writes nothing. As in ``job_insert_stream``, making
+        the chunks must not use the database."""
 
     @abc.abstractmethod
     def batch_get(self, *, batch_id: int) -> BatchRecord | None: ...
@@ -513,6 +520,10 @@ class ServerStore(abc.ABC):
     def token_count_active(self) -> int: ...
 
     @abc.abstractmethod
+    def token_count_all(self) -> int:
+        """Every token ever created, revoked ones too (they are kept as rows)."""
+
+    @abc.abstractmethod
     def action_insert(
         self,
         *,
@@ -563,6 +574,17 @@ class ServerStore(abc.ABC):
     @abc.abstractmethod
     def task_settings_delete(self, *, task: str) -> bool:
         """Forget the task's settings (waiting jobs keep the values they have)."""
+
+    @abc.abstractmethod
+    def task_sensitive_list(self) -> dict[str, dict[str, int | None]]:
+        """Every task's sensitive parameters: task -> {name: its position among the
+        positional parameters, or None}. ``JobFilter.search`` never looks inside
+        their values."""
+
+    @abc.abstractmethod
+    def task_sensitive_add(self, *, task: str, parameters: Mapping[str, int | None]) -> None:
+        """Record parameters of ``task`` as sensitive (a name already recorded takes
+        the new position; none is ever forgotten)."""
 
     @abc.abstractmethod
     def job_set_deadline(

@@ -56,6 +56,7 @@ from ...records import (
     RescueResult,
     WorkerInfo,
 )
+from .. import waits
 from ..interfaces import Notifier, sent_by
 from ..sql.backend import SqlBackend, chunks
 from ..sql.loader import Dialect, load_migrations, load_queries
@@ -282,7 +283,7 @@ class MySQLNotifier(Notifier):
 
 class MySQLBackend(SqlBackend):
     name = "mysql"
-    capabilities = frozenset({"skip_locked"})
+    capabilities = frozenset({"skip_locked", "network"})
     where = "the MySQL database"
     Q = Q
     MIGRATIONS = MIGRATIONS
@@ -307,9 +308,13 @@ class MySQLBackend(SqlBackend):
 
     # -- connections -------------------------------------------------------------------
     def _connect(self) -> pymysql.connections.Connection[Any]:
+        kwargs = self._kwargs
+        bound = waits.connection_wait_s()  # a server's request: an answer now
+        if bound is not None and bound < kwargs["connect_timeout"]:
+            kwargs = {**kwargs, "connect_timeout": bound}
         try:
             conn = pymysql.connect(
-                **self._kwargs,
+                **kwargs,
                 charset="utf8mb4",
                 autocommit=True,
                 cursorclass=pymysql.cursors.DictCursor,

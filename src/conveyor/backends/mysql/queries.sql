@@ -444,6 +444,10 @@ VALUES (:name, :rate_per_s, :rate_burst, {NOW})
 ON DUPLICATE KEY UPDATE rate_per_s = VALUES(rate_per_s), rate_burst = VALUES(rate_burst),
                         updated_at = VALUES(updated_at)
 
+-- name: task_sensitive_upsert
+INSERT INTO conveyor_task_sensitive (task, name, position) VALUES (:task, :name, :position)
+ON DUPLICATE KEY UPDATE position = VALUES(position)
+
 -- name: task_settings_upsert
 INSERT INTO conveyor_task_settings (task, batch_size, poll_interval_s, max_processing_s,
                                     max_attempts, retry_interval_s, retry_cap_s, updated_at)
@@ -462,3 +466,27 @@ SELECT id, state, result, error, chain, chain_root FROM conveyor_jobs
 WHERE chain_due_state IN ('succeeded', 'failed', 'cancelled')
 ORDER BY id
 LIMIT :limit
+
+-- name: filter_search
+-- (See the PostgreSQL filter_search: a task with sensitive parameters is searched
+-- in its other arguments only, one at a time.) A keyword's name and value are
+-- paired by their order in the document (JSON_KEYS and the `.*` path both follow it).
+CASE WHEN conveyor_jobs.task IN (SELECT s.task FROM conveyor_task_sensitive s)
+THEN EXISTS (
+        SELECT 1
+        FROM JSON_TABLE(JSON_KEYS(conveyor_jobs.args, '$.kwargs'), '$[*]'
+                        COLUMNS (n FOR ORDINALITY,
+                                 k varchar(1000) CHARACTER SET utf8mb4 PATH '$')) kk
+        JOIN JSON_TABLE(conveyor_jobs.args, '$.kwargs.*'
+                        COLUMNS (n FOR ORDINALITY, v JSON PATH '$')) vv ON vv.n = kk.n
+        WHERE kk.k COLLATE utf8mb4_bin NOT IN (
+                  SELECT s.name FROM conveyor_task_sensitive s WHERE s.task = conveyor_jobs.task)
+          AND (LOWER(kk.k) LIKE LOWER(:f_search) OR LOWER(vv.v) LIKE LOWER(:f_search)))
+  OR EXISTS (
+        SELECT 1
+        FROM JSON_TABLE(conveyor_jobs.args, '$.args[*]'
+                        COLUMNS (n FOR ORDINALITY, v JSON PATH '$')) a
+        WHERE a.n - 1 NOT IN (SELECT s.position FROM conveyor_task_sensitive s
+                              WHERE s.task = conveyor_jobs.task AND s.position IS NOT NULL)
+          AND LOWER(a.v) LIKE LOWER(:f_search))
+ELSE LOWER(CAST(conveyor_jobs.args AS CHAR)) LIKE LOWER(:f_search) END

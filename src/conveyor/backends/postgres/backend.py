@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.sql
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.string import TextLoader
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import ConfigError, DatabaseUnavailable
 from ...records import (
@@ -44,6 +45,7 @@ from ...records import (
     RescueResult,
     WorkerInfo,
 )
+from .. import waits
 from ..interfaces import Notifier
 from ..sql.backend import SqlBackend
 from ..sql.loader import Dialect, load_migrations, load_queries
@@ -238,10 +240,16 @@ COPY_SLICE = 500
 CHECK_IDLE_S = 2.0
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
+def _configure(conn: psycopg.Connection[Any], *, pooled: bool = False) -> None:
     """Hand jsonb back as text: every dialect then decodes JSON the same way, and a
-    JSON string result is never mistaken for an encoded document."""
+    JSON string result is never mistaken for an encoded document.
+
+    ``pooled`` (a transaction pooler): no settings, which would stay on whichever
+    server session ran the SET, another client's next; set them on the role
+    instead (``ALTER ROLE ... SET jit = off``)."""
     conn.adapters.register_loader("jsonb", TextLoader)
+    if pooled:
+        return
     # Our statements are short and touch few rows; JIT compiling them costs far more
     # than it saves (a claim estimated expensive spent 935 ms compiling, 4 ms running).
     # A transaction of ours left idle mid-way is ended by the server (see
@@ -274,6 +282,23 @@ class _Pool(ConnectionPool):
     a lone producer's statements to each server process in turn, whose caches
     are then cold every time (one-by-one sends alternating between two
     connections: twice the time of the same sends on one)."""
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        # A bound of the caller's context (a server's request) before the pool's own
+        # 30 s: while the database is down, no connection comes back at all.
+        bound = waits.connection_wait_s() if timeout is None else None
+        if bound is None:
+            return super().getconn(timeout)
+        try:
+            return super().getconn(bound)
+        except PoolTimeout:
+            # Every connection the pool may have is lent out: the database answers,
+            # the process is busy. The bound is for a database that is down; a busy
+            # one is waited for as long as anyone waits.
+            stats = self.get_stats()
+            if stats.get("pool_size", 0) < self.max_size or stats.get("pool_available", 0):
+                raise
+            return super().getconn(max(self.timeout - bound, 0.1))
 
     def putconn(self, conn: psycopg.Connection[Any]) -> None:
         _returned[id(conn)] = time.monotonic()
@@ -318,13 +343,63 @@ def _network_defaults(url: str) -> dict[str, Any]:
     return {k: v for k, v in defaults.items() if k not in given}
 
 
+#: Conveyor's options in a PostgreSQL URL (PostgresBackend), which libpq would refuse
+_URL_OPTIONS = ("pooler", "listen_url")
+POOLERS = ("transaction", "session")
+
+
+def split_url(url: str) -> tuple[str, str | None, str | None]:
+    """The URL for libpq, without Conveyor's own options, and their values:
+    ``pooler`` and ``listen_url`` (see PostgresBackend). The rest of the query is
+    kept as written. Only the first ``?`` starts the query, so a listen_url may
+    have one option of its own unencoded; more need their ``&`` as ``%26``."""
+    parts = urlsplit(url)
+    if not parts.query or parts.scheme.lower() not in ("postgresql", "postgres"):
+        return url, None, None
+    kept, ours = [], {}
+    for pair in parts.query.split("&"):
+        key, _, value = pair.partition("=")
+        if key in _URL_OPTIONS:
+            ours[key] = unquote(value)
+        else:
+            kept.append(pair)
+    pooler, listen_url = ours.get("pooler"), ours.get("listen_url")
+    if pooler is not None and pooler not in POOLERS:
+        raise ConfigError(
+            f"pooler: {pooler!r} is not a pooling mode; use pooler=transaction behind"
+            " PgBouncer's pool_mode = transaction (or a pooler like it), pooler=session"
+            " behind one that keeps a server session per client"
+        )
+    if listen_url is not None:
+        try:
+            psycopg.conninfo.conninfo_to_dict(listen_url)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(
+                "listen_url: expected a postgresql:// URL straight to PostgreSQL"
+                f" (percent-encoded if it has options of its own): {exc}"
+            ) from exc
+    return urlunsplit(parts._replace(query="&".join(kept))), pooler, listen_url
+
+
+#: the SQLSTATEs of a connection that could not be made or was lost; every other
+#: code is an answer from the server (or a pooler), and says what it is
+_CONNECTION_FAILED = frozenset({"08001", "08003", "08004", "08006"})
+
+
 def _connect_error(url: str, exc: Exception) -> DatabaseUnavailable:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     state = getattr(exc, "sqlstate", None)
-    if state and not state.startswith(("08", "57P")):  # the server answered: not a connection issue
+    if state and state not in _CONNECTION_FAILED and not state.startswith("57P"):
+        # 08P01 (a protocol violation) among them: a pooler's error, or a prepared
+        # statement the pooler's next session does not have.
+        hint = (
+            " (a pooler in transaction mode in between? then add ?pooler=transaction to the URL)"
+            if state == "08P01" and "prepared statement" in first
+            else ""
+        )
         return DatabaseUnavailable(
-            f"PostgreSQL at {redact(url)} could not run the statement now ({state}: {first}); "
-            "it is retried"
+            f"PostgreSQL at {redact(url)} could not run the statement now ({state}: {first})"
+            f"{hint}; it is retried"
         )
     return DatabaseUnavailable(
         f"cannot connect to PostgreSQL at {redact(url)}: {first}. "
@@ -668,25 +743,125 @@ class PostgresNotifier(Notifier):
             self._waker.close()
 
 
+class PostgresPollingNotifier(Notifier):
+    """Hints without LISTEN, which a transaction pooler cannot carry (its sessions
+    are lent out a transaction at a time; a notification arrives on whichever is
+    listening, never to the client that asked): the newest change stamps
+    (change_stamp) polled every ``fast`` seconds while they move, backing off to
+    ``slow`` when idle. A moved stamp is ``"*"``: anything may have changed."""
+
+    def __init__(
+        self, stamp: Callable[[], tuple[Any, ...]], fast: float = 0.05, slow: float = 0.2
+    ) -> None:
+        self._stamp = stamp
+        self._fast, self._slow = fast, slow
+        self._interval = fast
+        self._closed = threading.Event()
+        self._last = self._poll()
+
+    def _poll(self) -> tuple[Any, ...] | None:
+        try:
+            return self._stamp()
+        except (DatabaseUnavailable, psycopg.Error):
+            return None  # the next poll tries again; meanwhile everything polls anyway
+
+    def wait(self, timeout: float) -> set[str]:
+        deadline = time.monotonic() + timeout
+        while not self._closed.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed.wait(min(self._interval, remaining)):
+                break
+            stamp = self._poll()
+            if stamp is not None and stamp != self._last:
+                self._last, self._interval = stamp, self._fast
+                return {"*"}
+            self._interval = min(self._interval * 2, self._slow)
+        return set()
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+def _pid(conn: psycopg.Connection[Any]) -> int:
+    """The pid of the server session that ran the statement (a tuple_row connection)."""
+    row = conn.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+    if row is None:
+        raise RuntimeError("pg_backend_pid() returned no row")
+    return int(row[0])
+
+
+def _pooled_by_transaction(a: psycopg.Connection[Any], url: str, rounds: int = 3) -> bool:
+    """Whether the sessions behind ``url`` are lent out a transaction at a time (a
+    pooler such as PgBouncer in transaction mode), told by two connections: ``a``
+    (autocommit, already open) asks for its session's pid, B begins a transaction
+    and asks for its own, and A asks again while B holds its session. A session
+    pooler keeps one session per
+    client: A has the same pid every time, B another. A transaction pooler lends
+    B the session A just gave back (PgBouncer takes the last returned), or A
+    another one the second time (at once, or once B's transaction ends if every
+    session was busy). Never a false yes; a round can miss when other clients
+    took the sessions in between (8 probes in 50 with 8 busy clients on 5
+    sessions; with three rounds, 1 in 50), so a few rounds."""
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as b:
+        a.pgconn.nonblocking = 0  # (its own result is read through libpq below)
+        for _ in range(rounds):
+            first = _pid(a)
+            with b.transaction():
+                if _pid(b) == first:
+                    return True
+                a.pgconn.send_query(b"SELECT pg_backend_pid()")
+                _readable([a.pgconn.socket], 0.2)  # answered while B holds its session
+            res = a.pgconn.get_result()
+            while a.pgconn.get_result() is not None:
+                pass
+            if res is None or res.get_value(0, 0) != str(first).encode():
+                return True
+    return False
+
+
 class PostgresBackend(SqlBackend):
+    """PostgreSQL, at a libpq URL, with Conveyor's own options in its query:
+
+    ``pooler=transaction``: a pooler lends the server sessions out a transaction at
+    a time (PgBouncer's ``pool_mode = transaction``, whatever its version; managed
+    poolers alike). Nothing then relies on a session across transactions: no
+    prepared statements (psycopg's ``prepare_threshold=None``, a lone send through
+    psycopg's unprepared path), the limited claim statement by statement in one
+    transaction instead of a function in ``pg_temp``, no session settings (set
+    ``jit = off`` on the role; PgBouncer's ``idle_transaction_timeout`` stands in
+    for ``idle_in_transaction_session_timeout``), and no LISTEN through the
+    pooler: wake-ups by a session of their own at ``listen_url``, else by polling
+    the change stamps every 50-200 ms (new and re-queued work; a waiter for a
+    finished job sees it at its own poll, within a second). Advisory locks are
+    transaction-scoped everywhere, and the leader is elected by a lease row, so
+    both work as they are.
+    ``listen_url=postgresql://...``: a URL straight to PostgreSQL (not through the
+    pooler) for LISTEN, percent-encoded if it has more than one option.
+    ``pooler=session``: a pooler that keeps one server session per client; the
+    same as none, without the check that tells a transaction pooler at start.
+
+    Without ``pooler``, a URL whose session pid is not the one the connection was
+    told (a pooler's) is checked at start: a transaction pooler is refused, with
+    the option to add."""
+
     name = "postgres"
-    capabilities = frozenset({"push_notifications", "skip_locked"})
+    capabilities = frozenset({"push_notifications", "skip_locked", "network"})
     where = "the PostgreSQL database"
     Q = Q
     MIGRATIONS = MIGRATIONS
 
     def __init__(self, url: str, *, max_connections: int = 10) -> None:
+        url, pooler, self.listen_url = split_url(url)
         self.url = url
         try:
             psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
             raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
-        # Connect once directly: psycopg's own error says *why* (refused, no such
-        # database, auth), which a pool timeout would hide.
-        try:
-            psycopg.connect(url, connect_timeout=10).close()
-        except psycopg.OperationalError as exc:
-            raise _connect_error(url, exc) from exc
+        #: a transaction pooler in between: nothing may outlive a transaction
+        self.pooled = pooler == "transaction"
+        if self.pooled and self.listen_url is None:
+            self.capabilities = self.capabilities - {"push_notifications"}
+        self._check_session(pooler)
         self._days_made_at = -math.inf
         self._limits_cache: dict[tuple[str, ...], tuple[float, dict[str, QueueLimits]]] = {}
         #: per keyed queue, how far past its size a claim looks (next_window_factor)
@@ -698,19 +873,44 @@ class PostgresBackend(SqlBackend):
         self._send_statements: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = (
             weakref.WeakKeyDictionary()
         )
-        #: False once the role was refused a temporary function (no TEMP privilege)
-        self._temp_functions = True
+        #: False once the role was refused a temporary function (no TEMP privilege),
+        #: and behind a transaction pooler (the function is the session's)
+        self._temp_functions = not self.pooled
         self._max_connections = max_connections
         self._pid = os.getpid()
         self._pool = self._open_pool()
 
+    def _check_session(self, pooler: str | None) -> None:
+        """Connect once directly: psycopg's own error says *why* (refused, no such
+        database, auth), which a pool timeout would hide. And without ``pooler``,
+        refuse a transaction pooler (see the class)."""
+        try:
+            with psycopg.connect(self.url, connect_timeout=10, autocommit=True) as conn:
+                # A pooler tells its client a pid of its own (PgBouncer: a random one).
+                proxied = pooler is None and _pid(conn) != conn.info.backend_pid
+                pooled = proxied and _pooled_by_transaction(conn, self.url)
+            if pooled:
+                raise ConfigError(
+                    f"PostgreSQL at {redact(self.url)} is behind a pooler that lends its"
+                    " sessions out a transaction at a time (PgBouncer's pool_mode ="
+                    " transaction, or a pooler like it), where prepared statements, LISTEN"
+                    " and session functions are lost between transactions: add"
+                    " ?pooler=transaction to the URL (and &listen_url=postgresql://... straight"
+                    " to PostgreSQL for instant wake-ups; without one, workers poll)"
+                )
+        except psycopg.OperationalError as exc:
+            raise _connect_error(self.url, exc) from exc
+
     def _open_pool(self) -> _Pool:
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        if self.pooled:  # psycopg prepares a statement run 5 times: on one session
+            kwargs["prepare_threshold"] = None
         return _Pool(
             self.url,
             min_size=1,
             max_size=self._max_connections,
-            kwargs={"autocommit": True, "row_factory": dict_row, **_network_defaults(self.url)},
-            configure=_configure,
+            kwargs={**kwargs, **_network_defaults(self.url)},
+            configure=functools.partial(_configure, pooled=self.pooled),
             check=_check,
             open=True,
             name="conveyor",
@@ -739,7 +939,25 @@ class PostgresBackend(SqlBackend):
 
     def notifier(self, *, events: bool = False) -> Notifier:
         # Events: finished jobs ("done"), and new or re-queued work (queue names).
-        return PostgresNotifier(self.url, *((EVENTS, CHANNEL) if events else (CHANNEL,)))
+        channels = (EVENTS, CHANNEL) if events else (CHANNEL,)
+        if not self.pooled:
+            return PostgresNotifier(self.url, *channels)
+        if self.listen_url is not None:
+            log.info(
+                "wake-ups by LISTEN on a session of their own at %s (listen_url), past the pooler",
+                redact(self.listen_url),
+            )
+            return PostgresNotifier(self.listen_url, *channels)
+        log.info(
+            "behind a transaction pooler without listen_url: wake-ups by polling the"
+            " database every 50-200 ms (add listen_url=postgresql://... straight to"
+            " PostgreSQL to LISTEN instead)"
+        )
+        return PostgresPollingNotifier(self._change_stamp)
+
+    def _change_stamp(self) -> tuple[Any, ...]:
+        [row] = self._rows("change_stamp", {})
+        return (row["jobs"], row["batches"])
 
     # -- connections --------------------------------------------------------------------
     @contextmanager
@@ -882,7 +1100,8 @@ class PostgresBackend(SqlBackend):
             # Nothing to resolve: one statement in autocommit (its NOTIFY is sent at
             # its commit), no BEGIN and COMMIT round trips. Ids grow in input order.
             if len(jobs) == 1:
-                sent = self._send_one(jobs[0], now)
+                # (prepared once per session: not behind a transaction pooler)
+                sent = None if self.pooled else self._send_one(jobs[0], now)
                 if sent is None:  # a value _text_params leaves to psycopg
                     rows = self._rows("job_insert_one", {**jobs[0]._asdict(), "now": now})
                     sent = rows[0]["id"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -803,6 +803,9 @@ class SqlBackend(Backend):
     def token_count_active(self) -> int:
         return int(self._rows("token_count_active", {})[0]["n"])
 
+    def token_count_all(self) -> int:
+        return int(self._rows("token_count_all", {})[0]["n"])
+
     def action_insert(
         self,
         *,
@@ -885,6 +888,20 @@ class SqlBackend(Backend):
 
     def task_settings_delete(self, *, task: str) -> bool:
         return self._count("task_settings_delete", {"task": task}) > 0
+
+    def task_sensitive_list(self) -> dict[str, dict[str, int | None]]:
+        out: dict[str, dict[str, int | None]] = {}
+        for r in self._rows("task_sensitive_list", {}):
+            position = r["position"]
+            out.setdefault(r["task"], {})[r["name"]] = None if position is None else int(position)
+        return out
+
+    def task_sensitive_add(self, *, task: str, parameters: Mapping[str, int | None]) -> None:
+        with self._tx() as cur:
+            for name, position in parameters.items():
+                self._qc(
+                    cur, "task_sensitive_upsert", {"task": task, "name": name, "position": position}
+                )
 
     def job_set_deadline(
         self, *, leases: Sequence[Lease], seconds: float, now: datetime | None = None

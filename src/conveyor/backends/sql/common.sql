@@ -55,8 +55,8 @@ created_at < {TS(:f_created_before)}
 finished_at >= {TS(:f_finished_after)}
 -- name: filter_finished_before
 finished_at < {TS(:f_finished_before)}
--- name: filter_search
-{ICONTAINS(args, :f_search)}
+-- (filter_search: each dialect's own, to skip sensitive arguments with its JSON
+-- functions)
 -- name: filter_due_before
 scheduled_at <= {TS(:f_due_before)}
 -- name: filter_unpaused
@@ -368,6 +368,10 @@ UPDATE conveyor_tokens SET revoked_at = {NOW} WHERE id = :id AND revoked_at IS N
 -- name: token_count_active
 SELECT count(*) AS n FROM conveyor_tokens WHERE revoked_at IS NULL
 
+-- name: token_count_all
+-- Revoked tokens stay as rows: this counts every token that ever existed.
+SELECT count(*) AS n FROM conveyor_tokens
+
 -- name: task_settings_list
 SELECT * FROM conveyor_task_settings ORDER BY task
 
@@ -437,6 +441,13 @@ INSERT INTO conveyor_queues (name, rate_per_s, rate_burst, updated_at)
 VALUES (:name, :rate_per_s, :rate_burst, {NOW})
 ON CONFLICT (name) DO UPDATE SET rate_per_s = excluded.rate_per_s,
     rate_burst = excluded.rate_burst, updated_at = excluded.updated_at
+
+-- name: task_sensitive_list
+SELECT task, name, position FROM conveyor_task_sensitive ORDER BY task, name
+
+-- name: task_sensitive_upsert
+INSERT INTO conveyor_task_sensitive (task, name, position) VALUES (:task, :name, :position)
+ON CONFLICT (task, name) DO UPDATE SET position = excluded.position
 
 -- name: task_settings_upsert
 INSERT INTO conveyor_task_settings (task, batch_size, poll_interval_s, max_processing_s,

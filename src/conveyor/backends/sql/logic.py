@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ...errors import SchemaError
+from ...errors import SchemaTooNew
 from ...records import (
     ACTIVE_STATES,
     BatchRecord,
@@ -93,7 +93,7 @@ def check_schema(current: int, migrations: Sequence[Migration], where: str) -> l
     """Migrations still to apply; refuses a database newer than this code."""
     latest = migrations[-1].version if migrations else 0
     if current > latest:
-        raise SchemaError(
+        raise SchemaTooNew(
             f"{where} has schema version {current}, but this Conveyor only knows up to "
             f"version {latest}: upgrade the conveyor package instead of migrating down"
         )

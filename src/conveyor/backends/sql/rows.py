@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ...encoding import Unreadable, read_json
 from ...records import (
     ActionRecord,
     ApiToken,
@@ -125,7 +126,11 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
         pins,
         cancel_requested,
     ) = values
-    args = loads(args_json) or {}
+    problems: list[str] = []
+    args = _read("args", args_json, problems) or {}
+    if not isinstance(args, dict):
+        problems.append("args: not an arguments document")
+        args = {}
     return frozen_record(
         JobRecord,
         {
@@ -142,7 +147,7 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
             "scheduled_at": ts(scheduled_at) or datetime.now(UTC),
             "started_at": ts(started_at),
             "finished_at": ts(finished_at),
-            "result": loads(result),
+            "result": _read("result", result, problems),
             "error": error,
             "stage": stage,
             "timeout": timeout_s,
@@ -153,10 +158,10 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
             "lease_token": lease_token,
             "lease_expires_at": ts(lease_expires_at),
             "batch_id": batch_id,
-            "context": loads(context),
+            "context": _read("context", context, problems),
             "chain_root": chain_root,
             "chain_next": chain_next,
-            "chain": loads(chain),
+            "chain": _read("chain", chain, problems),
             "tenant": tenant,
             "base_priority": base_priority,
             "concurrency_key": concurrency_key,
@@ -164,8 +169,22 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
             "pinned_to": None if pins is None else _list(pins),
             "cancel_requested": bool(cancel_requested),
             "headers": dict(args.get("headers") or {}),
+            "unreadable": "; ".join(problems) if problems else None,
         },
     )
+
+
+def _read(name: str, text: str | None, problems: list[str]) -> Any:
+    """A job's JSON column, or ``None`` with what is wrong with it added to
+    ``problems``: one unreadable job is shown as such (``JobRecord.unreadable``),
+    and never breaks a list, a page or a claim of others."""
+    if text is None:
+        return None
+    try:
+        return read_json(text)
+    except Unreadable as exc:
+        problems.append(f"{name}: {exc}")
+        return None
 
 
 def job_from_row(row: Mapping[str, Any], ts: Ts) -> JobRecord:

@@ -340,3 +340,25 @@ SELECT max(coalesce((SELECT max(changed) FROM conveyor_jobs WHERE changed IS NOT
 -- name: counts_fold
 -- (Row triggers keep conveyor_counts current in the writing transaction.)
 DELETE FROM conveyor_count_deltas
+
+-- name: filter_search
+-- (See the PostgreSQL filter_search: a task with sensitive parameters is searched
+-- in its other arguments only, one at a time.) A text value is matched as its JSON
+-- text (quoted), as in the whole document.
+CASE WHEN conveyor_jobs.task IN (SELECT s.task FROM conveyor_task_sensitive s)
+THEN EXISTS (
+        SELECT 1 FROM json_each(conveyor_jobs.args, '$.kwargs') k
+        WHERE k.key NOT IN (SELECT s.name FROM conveyor_task_sensitive s
+                            WHERE s.task = conveyor_jobs.task)
+          AND (k.key LIKE :f_search ESCAPE '\'
+               OR CASE k.type WHEN 'text' THEN json_quote(k.value) WHEN 'true' THEN 'true'
+                              WHEN 'false' THEN 'false' WHEN 'null' THEN 'null'
+                              ELSE k.value END LIKE :f_search ESCAPE '\'))
+  OR EXISTS (
+        SELECT 1 FROM json_each(conveyor_jobs.args, '$.args') a
+        WHERE a.key NOT IN (SELECT s.position FROM conveyor_task_sensitive s
+                            WHERE s.task = conveyor_jobs.task AND s.position IS NOT NULL)
+          AND CASE a.type WHEN 'text' THEN json_quote(a.value) WHEN 'true' THEN 'true'
+                          WHEN 'false' THEN 'false' WHEN 'null' THEN 'null'
+                          ELSE a.value END LIKE :f_search ESCAPE '\')
+ELSE conveyor_jobs.args LIKE :f_search ESCAPE '\' END

@@ -1,0 +1,7 @@
+-- Schema v19: the repair of migrations edited after their release (MySQL's 0001,
+-- SQLite's indexes). Nothing is repaired in this dialect: 0017 rebuilt the job
+-- table with all of its indexes, so a database created by an earlier text of
+-- 0001, 0006, 0011 or 0014 that upgrades at all has the real schema. (Those whose
+-- upgrade stops inside 0017 itself, and a database that took the reverted v17,
+-- are beyond what a later migration can reach.) The version is kept so every
+-- backend's schema numbers line up.

@@ -1,0 +1,1 @@
+-- Schema v9: in 0001 on MySQL (the schema was created at v13 at once).
