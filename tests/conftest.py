@@ -14,6 +14,11 @@ import pymysql
 import pytest
 
 from conveyor import Conveyor
+from conveyor.backends import open_backend
+
+# tests/django is a Django project with its own virtualenv (Python 3.12+) and
+# pytest.ini: scripts/test-django.sh runs it (`make test` does, after this suite)
+collect_ignore = ["django"]
 
 if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("COLUMNS") == "80":
     # pytest-xdist's workers set COLUMNS=80 for themselves; the CLI's tables would
@@ -115,6 +120,25 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     yield pg_schema_url(database, schema)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def skip_unless(db_url: str, capability: str, why: str) -> None:
+    """Skip the test unless the backend at ``db_url`` has ``capability``
+    (``Backend.supports``): a test of what some backends can do, whichever they are."""
+    backend = open_backend(db_url)
+    try:
+        able = backend.supports(capability)
+    finally:
+        backend.close()
+    if not able:
+        pytest.skip(why)
+
+
+def only_on(*kinds: str) -> pytest.MarkDecorator:
+    """Run a test on these databases alone (``db_url``'s ids): a test of one
+    dialect's own SQL (its plans, locks, partitions, driver paths), which the
+    others do not have. A test of what a backend can do uses ``skip_unless``."""
+    return pytest.mark.parametrize("db_url", kinds, indirect=True)
 
 
 @pytest.fixture

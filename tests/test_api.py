@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 
 import psycopg
 import pymysql
@@ -114,7 +115,7 @@ def test_send_many_failing_in_a_later_chunk_enqueues_nothing(app, send_email):
     assert len(send_email.send_many(items)) == len(items) and total() == before + len(items)
 
 
-def test_a_bulk_send_leaves_the_garbage_collector_as_it_found_it(app, send_email):
+def test_a_bulk_send_leaves_the_garbage_collector_as_it_found_it(app, send_email, monkeypatch):
     """A bulk send pauses cyclic collection while it runs (its handles set off
     collections that walk them all again): on, off, and after a failed send."""
     import gc
@@ -124,15 +125,18 @@ def test_a_bulk_send_leaves_the_garbage_collector_as_it_found_it(app, send_email
 
     items = [("a@b.c",)] * (3 * STREAM_CHUNK)
     seen: list[bool] = []
+    #: per thread, what its send does when the stream encodes its third chunk
+    midway: dict[int, Callable[[], object]] = {}
+    encode = send_email._inserts
 
-    def watch(iterable):  # read by send_many while its stream is being written
-        for n, item in enumerate(iterable):
-            if n == 2 * STREAM_CHUNK:  # past the first chunk, read before the stream
-                seen.append(gc.isenabled())
-            yield item
+    def encoding(part, template, start=0):  # each chunk of a stream, as it is written
+        if start == 2 * STREAM_CHUNK:
+            midway.get(threading.get_ident(), lambda: seen.append(gc.isenabled()))()
+        return encode(part, template, start)
 
+    monkeypatch.setattr(send_email, "_inserts", encoding)
     assert gc.isenabled()
-    send_email.send_many(watch(items))
+    send_email.send_many(items)
     assert seen == [False] and gc.isenabled()
     with pytest.raises(TypeError, match="item"):
         send_email.send_many([*items, "not-a-tuple"])
@@ -147,16 +151,13 @@ def test_a_bulk_send_leaves_the_garbage_collector_as_it_found_it(app, send_email
     # running (overlapping sends never keep it off for good).
     gates = [(threading.Event(), threading.Event()) for _ in range(2)]
 
-    def slow(iterable, inside, release):
-        for n, item in enumerate(iterable):
-            if n == 2 * STREAM_CHUNK:
-                inside.set()
-                release.wait(10)
-            yield item
+    def slow(inside: threading.Event, release: threading.Event) -> None:
+        midway[threading.get_ident()] = lambda: (inside.set(), release.wait(10))
+        send_email.send_many(items)
 
     threads = []
     for inside, release in gates:
-        t = threading.Thread(target=send_email.send_many, args=(slow(items, inside, release),))
+        t = threading.Thread(target=slow, args=(inside, release))
         t.start()
         threads.append(t)
         assert inside.wait(10)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from conveyor import ConfigError, JobState
+from conveyor import ConfigError, Conveyor, JobState
 from conveyor.outcomes import OutcomeKind, Refusal, RemoteOutcome
 from conveyor.records import TokenScope, WorkerInfo
 
@@ -61,7 +61,7 @@ def test_a_settings_change_reaches_waiting_jobs_but_not_explicit_options(app):
 
 
 # -- tokens ------------------------------------------------------------------------------------
-def test_tokens_are_hashed_checked_and_revoked(app):
+def test_tokens_are_hashed_checked_and_revoked(app, db_url):
     assert not app.tokens_configured()
     token, text = app.create_token("worker", name="ci")
     assert text.startswith(f"cvy_{token.id}_") and token.scope == TokenScope.WORKER
@@ -72,6 +72,13 @@ def test_tokens_are_hashed_checked_and_revoked(app):
     assert [t.id for t in app.tokens()] == [token.id]
     assert app.revoke_token(token.id) and app.authenticate(text) is None
     assert not app.revoke_token(token.id)
+    # a token existed: that stays a fact (servers stay closed), none is active
+    assert app.tokens_configured() and not app.tokens_active()
+    other = Conveyor(db_url)  # another process on the database, with its own caches
+    try:
+        assert other.tokens_configured() and not other.tokens_active()
+    finally:
+        other.close()
     with pytest.raises(ConfigError, match="scope must be one of"):
         app.create_token("root")
 
@@ -93,6 +100,9 @@ def test_remote_claim_report_and_fencing(app):
     )
     assert [r.accepted for r in results] == [True, False, True]
     assert results[1].reason == Refusal.LEASE_LOST
+    # the job is still this worker's: the token is wrong, no other worker holds it
+    assert "does not match" in results[1].message and "or the token is wrong" in results[1].message
+    assert "another worker holds it now" not in results[1].message
     assert app.get_job(a.id).result == {"ok": 1} and app.get_job(a.id).state == JobState.SUCCEEDED
     assert app.get_job(c.id).state == JobState.SCHEDULED
     assert app.get_job(b.id).state == JobState.RUNNING  # the wrong token changed nothing

@@ -16,6 +16,7 @@ from .errors import (
     JobTimeout,
     Permanent,
     SchemaError,
+    SchemaTooNew,
     SerializationError,
     UnknownTask,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "Permanent",
     "Retry",
     "SchemaError",
+    "SchemaTooNew",
     "SerializationError",
     "Snooze",
     "Step",

@@ -15,16 +15,16 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
 from . import serialize
-from .backends import open_backend
+from .backends import open_backend, waits
 from .backends.interfaces import Backend
 from .batch import Batch
 from .cron import Periodic
-from .errors import ConfigError, DatabaseUnavailable, JobNotFound, SchemaError
+from .errors import ConfigError, DatabaseUnavailable, JobNotFound, SchemaError, SchemaTooNew
 from .flow import Chain, Step, start_chain
 from .hooks import Middleware, run_enqueue_hooks
 from .job import Job
@@ -45,7 +45,7 @@ from .records import (
     WorkerInfo,
 )
 from .retry import Backoff
-from .serving import ServingMixin
+from .serving import SENSITIVE_SCHEMA, ServingMixin
 from .task import Task, TaskDefaults, check_queue_name
 from .waiter import ChangeWaiter
 
@@ -118,6 +118,8 @@ class Conveyor(ServingMixin):
         for m in middleware:
             self.add_middleware(m)
         self._remote: dict[str, Task] = {}
+        #: what this app's tasks declare sensitive, recorded whenever the database opens
+        self._sensitive: dict[str, dict[str, int | None]] = {}
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         self._waiter = ChangeWaiter(lambda: self.backend)
@@ -177,29 +179,44 @@ class Conveyor(ServingMixin):
     def _prepare(self, backend: Backend) -> None:
         if self.auto_migrate:
             backend.migrate()  # also refuses a schema newer than this code
+            self._open_sensitive(backend)
             return
         version = backend.schema_version()
         if version == 0:
             raise SchemaError(f"no Conveyor schema in {self.url}: run `conveyor migrate` first")
         if version > backend.latest_schema:
-            raise SchemaError(
+            raise SchemaTooNew(
                 f"{self.url} has schema version {version}, but this Conveyor only knows up to "
                 f"version {backend.latest_schema}: upgrade the conveyor package"
             )
+        if version >= SENSITIVE_SCHEMA:
+            self._open_sensitive(backend)
 
     def migrate(self) -> list[int]:
         """Apply pending migrations (refusing a newer schema); return the versions applied."""
         with self._lock:
             if self._backend is not None:
-                return self._backend.migrate()
+                applied = self._backend.migrate()
+                self._open_sensitive(self._backend)
+                return applied
             backend = open_backend(self.url)
             try:
                 applied = backend.migrate()
+                self._open_sensitive(backend)
             except BaseException:
                 backend.close()
                 raise
             self._backend = backend
             return applied
+
+    def bounded_waits(self, seconds: float) -> AbstractContextManager[None]:
+        """Within this block, and the threads it hands calls to through asyncio or
+        anyio, a call waits at most ``seconds`` for a database connection (a free
+        one from PostgreSQL's pool, a new one to MySQL), then raises
+        ``DatabaseUnavailable``: a server's request handler answers 503 at once
+        while the database is down, instead of after the pool's 30 s. Outside
+        it, calls wait as long as they always did (workers, which retry)."""
+        return waits.bounded(seconds)
 
     def schema_version(self) -> tuple[int, int]:
         """(the database's schema version, the newest this code knows)."""
@@ -319,16 +336,11 @@ class Conveyor(ServingMixin):
                     f"{getattr(other, '__module__', '?')}.{getattr(other, '__qualname__', '?')}; "
                     "pass name= to tell them apart"
                 )
-            if sensitive:
-                params = inspect.signature(f).parameters
-                unknown = [n for n in sensitive if n not in params]
-                if unknown:
-                    raise ConfigError(
-                        f"sensitive: {', '.join(unknown)} is not a parameter of {task_name}"
-                    )
-                serialize.hide_arguments(task_name, list(params), sensitive)
+            hidden = _sensitive_parameters(f, task_name, sensitive)
             t = Task(self, f, task_name, defaults)
             self.tasks[task_name] = t
+            if hidden:
+                self.hide_arguments(task_name, hidden)
             return t
 
         return register(fn) if fn is not None else register
@@ -451,10 +463,11 @@ class Conveyor(ServingMixin):
         now = datetime.now(UTC)
         handles = _Handles(self, now)
         unbound: list[Job] = []
+        settle = self._settler()  # not in settled(): the backend holds a connection there
 
         def settled() -> Iterator[Sequence[JobInsert]]:
             for chunk, paid in chunks:
-                chunk = self._settle(chunk)
+                chunk = settle(chunk)
                 yield chunk
                 # The backend asks for the next chunk once this one is sent: the
                 # handles' fields are built while the server writes it (on
@@ -548,6 +561,7 @@ class Conveyor(ServingMixin):
         record = self.backend.job_get(job_id=_id(job_id, "job"))
         if record is None:
             raise JobNotFound(f"no job with id {job_id}")
+        self._before_shown([record])
         return Job.of(record, self)
 
     async def aget_job(self, job_id: int) -> Job:
@@ -568,6 +582,7 @@ class Conveyor(ServingMixin):
         if not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise ConfigError(f"limit must be an integer from 1 to 10000, got {limit!r}")
         records = self.backend.job_list(filter=f, limit=limit, before_id=before_id)
+        self._before_shown(records)
         return [Job.of(r, self) for r in records]
 
     async def alist_jobs(
@@ -993,10 +1008,11 @@ class Conveyor(ServingMixin):
         written: the backend may write a chunk while the next is made."""
         if self.middleware:
             raise RuntimeError("create_batch_stream: enqueue hooks must see every job first")
+        settle = self._settler()  # not in settled(): the backend holds a connection there
 
         def settled(batch_id: int) -> Iterator[Sequence[JobInsert]]:
             for chunk in chunks(batch_id):
-                yield self._settle(chunk)
+                yield settle(chunk)
 
         return self.backend.batch_create_stream(
             name=name, task=task, on_complete_json=on_complete_json, total=total, chunks=settled
@@ -1017,6 +1033,7 @@ class Conveyor(ServingMixin):
         records = self.backend.batch_finished_jobs(
             batch_id=_id(batch_id, "batch"), after=after, limit=limit
         )
+        self._before_shown(records)
         return [Job.of(r, self) for r in records]
 
     def cancel_batch(self, batch_id: int) -> int:
@@ -1246,6 +1263,24 @@ def _id(value: Any, what: str) -> int:
     if isinstance(value, bool) or not 0 < n < 2**63:
         raise ConfigError(f"a {what} id is a positive integer, got {value!r}")
     return n
+
+
+def _sensitive_parameters(
+    fn: Callable[..., Any], task: str, names: Sequence[str]
+) -> dict[str, int | None]:
+    """``@app.task(sensitive=)`` checked: each name -> its position among the
+    positional parameters (None: keyword-only)."""
+    if not names:
+        return {}
+    if isinstance(names, str):
+        names = (names,)
+    params = list(inspect.signature(fn).parameters.values())
+    by_name = {p.name: p for p in params}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ConfigError(f"sensitive: {', '.join(unknown)} is not a parameter of {task}")
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return {n: params.index(by_name[n]) if by_name[n].kind in positional else None for n in names}
 
 
 def _check_retention(retention: Mapping[str, float | None]) -> dict[str, float | None]:

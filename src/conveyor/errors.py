@@ -28,6 +28,11 @@ class SchemaError(ConveyorError):
     """The database schema is missing, or newer than this version of Conveyor."""
 
 
+class SchemaTooNew(SchemaError):
+    """The database schema is newer than this version of Conveyor: deploy the newer
+    code (``conveyor worker`` exits with status 3 for it)."""
+
+
 class BadArguments(ConfigError, TypeError):
     """Arguments do not fit the task's handler signature."""
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, ConveyorError
 from .job import Job
 from .records import JobInsert, JobState
+from .task import encode_args
 
 if TYPE_CHECKING:
     from .app import Conveyor
@@ -65,8 +66,10 @@ class Step:
     options: dict[str, Any] = field(default_factory=dict)
 
     def check(self, *, receives_result: bool) -> None:
-        """Arguments must fit the handler now, not when the step finally runs."""
+        """Arguments must fit the handler, and be storable (a later step's are kept
+        with the chain's first job until it runs), now, not when the step finally runs."""
         self.task.check_args((None, *self.args) if receives_result else self.args, self.kwargs)
+        encode_args(self.task.name, self.args, self.kwargs, self.task.app.max_payload_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         template = self.task.template(**self.options)._asdict()

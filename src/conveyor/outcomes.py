@@ -32,11 +32,14 @@ class Refusal(StrEnum):
     """Why an outcome changed nothing."""
 
     NOT_FOUND = "not_found"
-    #: another worker holds the job now, or it went back to the queue
+    #: the token is not the job's current lease: another worker may hold the job
+    #: now, or the token is wrong; or the job went back to the queue
     LEASE_LOST = "lease_lost"
     CANCELLED = "cancelled"
     #: it had already finished (a second outcome for the same attempt)
     FINISHED = "finished"
+    #: the token is right but the worker is not the one it was given to
+    WRONG_WORKER = "wrong_worker"
 
 
 @dataclass(frozen=True)
@@ -135,13 +138,21 @@ def _failure(outcome: RemoteOutcome, job: JobRecord, base: Finalize, backoff: Ba
     )
 
 
-def refusal(job: JobRecord | None, job_id: int, token: str) -> OutcomeResult | None:
-    """Why an outcome under ``token`` cannot be written to ``job`` (as read now), or
-    ``None`` if the token still holds it."""
+def refusal(job: JobRecord | None, job_id: int, token: str, worker: str) -> OutcomeResult | None:
+    """Why an outcome of ``worker`` under ``token`` cannot be written to ``job`` (as
+    read now), or ``None`` if that worker holds it with that token. The token alone
+    fences the write (a new lease, a new token); the worker is checked here, as a
+    token leaked to, or mixed up by, another worker must not end the attempt."""
     if job is None:
         return OutcomeResult(job_id, False, None, Refusal.NOT_FOUND, f"no job with id {job_id}")
     if job.state == JobState.RUNNING and job.lease_token == token:
-        return None
+        if job.lease_owner == worker:
+            return None
+        text = (
+            f"job {job_id} is held by worker {job.lease_owner!r}, not {worker!r}: a lease "
+            "token is good only with the worker it was given to; nothing was changed"
+        )
+        return OutcomeResult(job_id, False, str(job.state), Refusal.WRONG_WORKER, text)
     if job.state == JobState.CANCELLED:
         why = Refusal.CANCELLED
         text = f"job {job_id} was cancelled ({job.error or 'by an operator'}); nothing was changed"
@@ -150,13 +161,17 @@ def refusal(job: JobRecord | None, job_id: int, token: str) -> OutcomeResult | N
         text = f"job {job_id} has already finished ({job.state}); nothing was changed"
     else:
         why = Refusal.LEASE_LOST
-        where = (
-            "another worker holds it now" if job.state == JobState.RUNNING else "it was requeued"
-        )
-        text = (
-            f"the lease on job {job_id} was lost ({where}: its holder stopped heartbeating or "
-            "passed its deadline); nothing was changed"
-        )
+        if job.state == JobState.RUNNING:
+            text = (
+                f"the token does not match job {job_id}'s current lease: another worker may "
+                "hold it now (this lease was lost: its holder stopped heartbeating or passed "
+                "its deadline), or the token is wrong; nothing was changed"
+            )
+        else:
+            text = (
+                f"the lease on job {job_id} was lost: the job went back to the queue (its "
+                "holder stopped heartbeating or passed its deadline); nothing was changed"
+            )
     return OutcomeResult(job_id, False, str(job.state), why, text)
 
 
@@ -171,7 +186,7 @@ def accepted(final: Finalize, job: JobRecord) -> OutcomeResult:
 
 def _json(field: str, value: Any) -> str:
     try:
-        return storable_json(value)
+        return storable_json(value, field)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{field} cannot be stored as JSON: {exc}") from None
 

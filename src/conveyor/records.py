@@ -126,6 +126,11 @@ class JobRecord:
     #: metadata that travels with the job, not to the handler (a trace's
     #: ``traceparent``, ...): stored in the arguments document as "headers"
     headers: dict[str, str] = field(default_factory=dict)
+    #: why some of what the job carries (its arguments, result, context or chain)
+    #: could not be read back (stored by hand or by an older version: not JSON,
+    #: nested too deeply, ...): those fields are then empty. A worker fails such a
+    #: job without running it.
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -493,9 +498,11 @@ EXPLICIT_ALL = EXPLICIT_MAX_ATTEMPTS | EXPLICIT_TIMEOUT | EXPLICIT_BACKOFF
 
 
 class TokenScope(StrEnum):
-    """What an API token may do. ``read``: GET only; ``producer``: also create,
-    cancel and retry jobs and batches; ``worker``: also lease jobs and report their
-    outcomes; ``admin``: everything (settings, tokens, queues, workers, deletes)."""
+    """What an API token may do. ``read``: GET only; ``producer``: read, plus
+    create, cancel and retry jobs and batches; ``worker``: read, plus lease jobs and
+    report their outcomes, but not create, cancel or retry them (producer and worker
+    are separate: neither includes the other); ``admin``: everything (settings,
+    tokens, queues, workers, deletes)."""
 
     READ = "read"
     PRODUCER = "producer"

@@ -1,18 +1,20 @@
 """One JSON shape per record, for every client: the CLI's ``--json``, the HTTP
 API, the event stream and the dashboard. Times are ISO 8601 in UTC; states
 are their names; the lease token, a worker's proof of ownership, never leaves,
-except in ``lease()``: the answer to the worker that holds it."""
+except in ``lease()``: the answer to the worker that holds it. Where the CLI
+printed other names for a few fields before, its shapes (``cli_*``) keep them."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
 from .records import (
+    STATE_ORDER,
     ActionRecord,
     ApiToken,
     Attempt,
@@ -31,6 +33,9 @@ from .records import (
 
 #: fields never shown
 HIDDEN_FIELDS = frozenset({"lease_token"})
+#: a job's header never shown: the fingerprint of the HTTP request that created it
+#: under an idempotency key (a hash of its arguments, which may be sensitive)
+FINGERPRINT_HEADER = "conveyor-request-fingerprint"
 _JOB_FIELDS = tuple(f.name for f in fields(JobRecord) if f.name not in HIDDEN_FIELDS)
 
 
@@ -48,29 +53,34 @@ def plain(value: Any) -> Any:
     return value
 
 
-#: task name -> (its parameters in order, the ones to hide): ``@app.task(sensitive=)``
-_SENSITIVE: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+#: task name -> (positions, names) of the arguments to hide: ``@app.task(sensitive=)``
+#: of this process, and those the database records (``Conveyor`` adds them: a
+#: server without the app hides them too). Only ever added to: two apps' tasks
+#: of one name both hide what either declares.
+_SENSITIVE: dict[str, tuple[frozenset[int], frozenset[str]]] = {}
 HIDDEN = "***"
 
 
-def hide_arguments(task: str, parameters: Iterable[str], names: Iterable[str]) -> None:
-    """From now on, every view of a job of ``task`` hides these arguments."""
-    _SENSITIVE[task] = (tuple(parameters), frozenset(names))
+def hide_arguments(task: str, parameters: Mapping[str, int | None]) -> None:
+    """From now on, every view of a job of ``task`` hides these arguments: name ->
+    its position among the positional parameters (None: passed by keyword only)."""
+    positions, names = _SENSITIVE.get(task, (frozenset(), frozenset()))
+    more = {p for p in parameters.values() if p is not None}
+    _SENSITIVE[task] = (positions | more, names | set(parameters))
 
 
 def job(record: JobRecord, *, redact: Iterable[str] = ()) -> dict[str, Any]:
-    """A job. Arguments its task declared ``sensitive`` (and ``redact``: more
-    names) are shown as ``***``, by keyword or by position."""
+    """A job. Arguments its task declared ``sensitive`` are shown as ``***``, by
+    keyword or by position (and ``redact``: more keywords)."""
     data = {name: plain(getattr(record, name)) for name in _JOB_FIELDS}
-    order, hidden = _SENSITIVE.get(record.task, ((), frozenset()))
+    if FINGERPRINT_HEADER in data["headers"]:
+        data["headers"] = {k: v for k, v in data["headers"].items() if k != FINGERPRINT_HEADER}
+    positions, hidden = _SENSITIVE.get(record.task, (frozenset(), frozenset()))
     hidden = hidden | set(redact)
     if hidden:
         data["kwargs"] = {k: (HIDDEN if k in hidden else v) for k, v in data["kwargs"].items()}
-        if isinstance(data["args"], list):
-            data["args"] = [
-                HIDDEN if i < len(order) and order[i] in hidden else v
-                for i, v in enumerate(data["args"])
-            ]
+    if positions and isinstance(data["args"], list):
+        data["args"] = [HIDDEN if i in positions else v for i, v in enumerate(data["args"])]
     return data
 
 
@@ -81,7 +91,11 @@ def attempt(record: Attempt) -> dict[str, Any]:
 
 
 def batch(record: BatchRecord, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A batch. ``on_complete`` is the name of the task it calls when it closes, as
+    ``POST /v1/batches`` takes it (and the CLI shows it), not the job template
+    kept to enqueue that call."""
     data = {f.name: plain(getattr(record, f.name)) for f in fields(record)}
+    data["on_complete"] = (record.on_complete or {}).get("task")
     if progress is not None:
         data["progress"] = plain(progress)
     return data
@@ -93,12 +107,18 @@ def queue(info: QueueInfo) -> dict[str, Any]:
 
 def worker(info: WorkerInfo, *, now: datetime | None = None, ttl_s: float = 7.0) -> dict[str, Any]:
     """A worker, with how long ago it heartbeat and whether that makes it alive."""
-    now = now or datetime.now(UTC)
     data = {f.name: plain(getattr(info, f.name)) for f in fields(info)}
-    age = None if info.last_seen_at is None else (now - info.last_seen_at).total_seconds()
+    age = _heard_from(info, now)
     data["heartbeat_age_s"] = None if age is None else round(age, 3)
     data["alive"] = age is not None and age <= ttl_s
     return data
+
+
+def _heard_from(info: WorkerInfo, now: datetime | None) -> float | None:
+    """Seconds since the worker's last heartbeat (None: it never sent one)."""
+    if info.last_seen_at is None:
+        return None
+    return ((now or datetime.now(UTC)) - info.last_seen_at).total_seconds()
 
 
 def count(c: QueueCount) -> dict[str, Any]:
@@ -144,6 +164,7 @@ _EVENT_FIELDS = (
     "scheduled_at",
     "started_at",
     "finished_at",
+    "unreadable",
 )
 
 
@@ -174,8 +195,11 @@ def progress_event(cursor: str, batch_id: int, progress: dict[str, Any]) -> dict
 
 def lease(record: JobRecord) -> dict[str, Any]:
     """A job as handed to the remote worker that just claimed it: the only shape
-    that carries the lease token (its proof of ownership, sent with every outcome)."""
+    that carries the lease token (its proof of ownership, sent with every outcome),
+    and the values of sensitive arguments."""
     data = job(record)
+    # its holder runs it: the arguments as sent, sensitive ones too
+    data["args"], data["kwargs"] = plain(record.args), plain(record.kwargs)
     data["token"] = record.lease_token
     # W3C trace context of the code that sent the job: a remote worker's span
     # continues it (``headers`` has it too; this is the one field to look at)
@@ -197,6 +221,57 @@ def token(t: ApiToken) -> dict[str, Any]:
 def outcome(result: Any) -> dict[str, Any]:
     """An ``outcomes.OutcomeResult``."""
     return {f.name: plain(getattr(result, f.name)) for f in fields(result)}
+
+
+# -- the CLI's --json: the shapes above under the names the CLI printed first --------------------
+def cli_worker(
+    info: WorkerInfo, *, silent_after_s: float, now: datetime | None = None
+) -> dict[str, Any]:
+    """A worker with what the CLI says of its heartbeat: ``last_seen_s_ago`` (never
+    negative) and ``silent`` (heard from, but not for over ``silent_after_s``: most
+    likely gone without deregistering), instead of the server's ``alive``, which
+    is judged by the server's worker ttl."""
+    data = {f.name: plain(getattr(info, f.name)) for f in fields(info)}
+    age = _heard_from(info, now)
+    data["last_seen_s_ago"] = None if age is None else max(0.0, age)
+    data["silent"] = age is not None and age > silent_after_s
+    return data
+
+
+def state_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """A count for every job state, in the order a job goes through them (0 for a
+    state with none: a database counts only the states it holds)."""
+    out = dict.fromkeys((s.value for s in STATE_ORDER), 0)
+    for name, n in counts.items():
+        out[name] = out.get(name, 0) + int(n)
+    return out
+
+
+def cli_queue(info: QueueInfo) -> dict[str, Any]:
+    """A queue as ``conveyor queues list --json`` shows it: its name, whether it is
+    paused, its limit on running jobs, and a count for every state."""
+    return {
+        "name": info.name,
+        "paused": bool(info.paused),
+        "max_running": info.max_running,
+        "counts": state_counts(info.counts),
+    }
+
+
+def cli_batch(record: BatchRecord, progress: dict[str, Any]) -> dict[str, Any]:
+    """``batch()`` as the CLI names it: the progress's ``state`` as the batch's
+    (``progress()`` reads it after the counts: the fresher of the two), and
+    ``final_counts`` for the counts a closed batch keeps."""
+    data = batch(record, progress)
+    data["state"] = plain(progress["state"])
+    data["final_counts"] = data.pop("counts")
+    data["progress"] = {k: v for k, v in data["progress"].items() if k != "state"}
+    return data
+
+
+def batch_brief(record: BatchRecord, progress: dict[str, Any]) -> dict[str, Any]:
+    """A batch in a line of ``conveyor status``: its id, name and task, and its progress."""
+    return {"id": record.id, "name": record.name, "task": record.task, **plain(progress)}
 
 
 # -- asyncflow (seed 001) compatibility: its field names and numeric statuses -------------------
@@ -221,6 +296,12 @@ def _ms(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
 
 
+def _whole(value: float | None) -> float | int | None:
+    """Seconds as flowsvr shows them, an integer (Conveyor keeps floats); a
+    fraction stays, rather than be rounded away."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _schedule_data(a: Attempt) -> dict[str, Any]:
     cost = a.duration_s
     return {
@@ -237,7 +318,9 @@ def asyncflow_task(
     log: the last run and the last five (trace id ``<job>-<stage>-<attempt>``, error,
     cost);
     a cancelled job says so there. ``taskContext`` is the context as a JSON string.
-    ``retry_cap_s``: the task's backoff cap, for a job without a backoff of its own."""
+    ``taskType`` is in lower case, as flowsvr stores a type (its routes match a
+    type whatever its case). ``retry_cap_s``: the task's backoff cap, for a job
+    without a backoff of its own."""
     runs = [_schedule_data(a) for a in attempts]
     log: dict[str, Any] = {
         "LastData": runs[-1] if runs else {},
@@ -249,12 +332,12 @@ def asyncflow_task(
     return {
         "userId": record.tenant or "",
         "taskId": str(record.id),
-        "taskType": record.task,
+        "taskType": record.task.lower(),
         "taskStage": record.stage or "",
         "status": ASYNCFLOW_STATUS[record.state],
         "crtRetryNum": record.attempts,
         "maxRetryNum": record.max_attempts,
-        "maxRetryInterval": backoff.get("cap", retry_cap_s),
+        "maxRetryInterval": _whole(backoff.get("cap", retry_cap_s)),
         "priority": record.priority,
         "orderTime": _ms(record.scheduled_at),
         "scheduleLog": _compact(log),
@@ -265,15 +348,16 @@ def asyncflow_task(
 
 
 def asyncflow_settings(s: TaskSettings) -> dict[str, Any]:
-    """A task type's settings as an asyncflow ``t_schedule_cfg`` row."""
+    """A task type's settings as an asyncflow ``t_schedule_cfg`` row (its name as
+    it was configured, like the row's; seconds as integers)."""
     return {
         "task_type": s.task,
         "schedule_limit": s.batch_size,
-        "schedule_interval": s.poll_interval_s,
-        "max_processing_time": s.max_processing_s,
+        "schedule_interval": _whole(s.poll_interval_s),
+        "max_processing_time": _whole(s.max_processing_s),
         "max_retry_num": s.max_attempts,
-        "retry_interval": s.retry_interval_s,
-        "max_retry_interval": s.retry_cap_s,
+        "retry_interval": _whole(s.retry_interval_s),
+        "max_retry_interval": _whole(s.retry_cap_s),
         "create_time": None,
         "modify_time": _ms(s.updated_at),
     }

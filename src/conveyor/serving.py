@@ -10,17 +10,28 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from . import serialize
 from . import settings as task_settings
-from .errors import ConfigError
-from .outcomes import OutcomeResult, RemoteOutcome, accepted, refusal, to_finalize
+from .encoding import not_run_message
+from .errors import ConfigError, Conflict
+from .outcomes import (
+    OutcomeKind,
+    OutcomeResult,
+    Refusal,
+    RemoteOutcome,
+    accepted,
+    refusal,
+    to_finalize,
+)
 from .records import (
     ApiToken,
     Finalize,
@@ -47,6 +58,11 @@ TOKEN_PREFIX = "cvy"
 AUTH_CACHE_S = 2.0
 #: most jobs one lease call, or one outcome report, may carry
 MAX_LEASE = 1000
+#: the schema that records sensitive parameters (conveyor_task_sensitive)
+SENSITIVE_SCHEMA = 20
+#: clocks of two hosts may differ by this much: a job created this long before the
+#: last read of the sensitive parameters may still belong to a declaration after it
+CLOCK_SKEW_S = 5.0
 
 
 def _digest(secret: str) -> str:
@@ -76,8 +92,15 @@ class ServingState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: token id -> (token, secret hash, read at)
     tokens: dict[str, tuple[ApiToken, str, float]] = field(default_factory=dict)
-    #: (any active token, read at)
+    #: (any token ever created, read at): once true it stays true, tokens are never deleted
     configured: tuple[bool, float] = (False, 0.0)
+    #: (any active token, read at)
+    active: tuple[bool, float] = (False, 0.0)
+    #: the database records sensitive parameters (it is open, at schema v20 or later)
+    sensitive_stored: bool = False
+    #: tasks with sensitive parameters at the last read, and when (monotonic, epoch)
+    sensitive_tasks: frozenset[str] = frozenset()
+    sensitive_read: tuple[float, float] = (-math.inf, -math.inf)
 
 
 class ServingMixin:
@@ -85,6 +108,8 @@ class ServingMixin:
 
     if TYPE_CHECKING:
         _serving: ServingState
+        _backend: Backend | None
+        _sensitive: dict[str, dict[str, int | None]]
 
         @property
         def backend(self) -> Backend: ...
@@ -140,9 +165,67 @@ class ServingMixin:
 
     def _settle(self, inserts: Sequence[JobInsert]) -> Sequence[JobInsert]:
         """Fill in options the jobs were not sent with from their tasks' settings."""
-        return task_settings.settle(
-            inserts, self.cached_task_settings(), self._settings_backoff_json
+        return self._settler()(inserts)
+
+    def _settler(self) -> Callable[[Sequence[JobInsert]], Sequence[JobInsert]]:
+        """``_settle`` with the settings read now, once: what settles the chunks of
+        a stream, which the backend takes while it holds a connection. Reading
+        the settings there took a second connection from the pool: with every
+        connection held so, no stream went on (issue 36)."""
+        settings = self.cached_task_settings()
+        backoff_json = self._settings_backoff_json
+
+        def settle(inserts: Sequence[JobInsert]) -> Sequence[JobInsert]:
+            return task_settings.settle(inserts, settings, backoff_json)
+
+        return settle
+
+    # -- sensitive arguments ----------------------------------------------------------------
+    def hide_arguments(self, task: str, parameters: Mapping[str, int | None]) -> None:
+        """Every view of ``task``'s jobs hides these arguments (``***``), and searches
+        skip them, in every process on the database: name -> its position among
+        the positional parameters, or None. ``@app.task(sensitive=)`` calls this; call
+        it for a task this app does not register (one remote workers run)."""
+        for name, position in parameters.items():
+            _name(name, "a parameter name")
+            if position is not None and (not isinstance(position, int) or position < 0):
+                raise ConfigError(f"{name}: a position is an integer >= 0, got {position!r}")
+        serialize.hide_arguments(task, parameters)
+        self._sensitive[task] = {**self._sensitive.get(task, {}), **parameters}
+        if self._backend is not None and self._serving.sensitive_stored:
+            self._backend.task_sensitive_add(task=task, parameters=parameters)
+
+    def _open_sensitive(self, backend: Backend) -> None:
+        """The database opens: record this app's declarations, read everyone's."""
+        for task, parameters in self._sensitive.items():
+            backend.task_sensitive_add(task=task, parameters=parameters)
+        self._serving.sensitive_stored = True
+        self._read_sensitive(backend)
+
+    def _read_sensitive(self, backend: Backend) -> None:
+        declared = backend.task_sensitive_list()
+        for task, parameters in declared.items():
+            serialize.hide_arguments(task, parameters)
+        self._serving.sensitive_tasks = frozenset(declared)
+        self._serving.sensitive_read = (time.monotonic(), time.time())
+
+    def _before_shown(self, records: Sequence[JobRecord]) -> None:
+        """Before jobs are shown, the declarations they may fall under are known: read
+        again every ``settings.CACHE_S`` seconds, and at once for a job of a task
+        without any created since the last read (an app declares its tasks'
+        sensitive parameters when it opens the database, before it sends a job)."""
+        state = self._serving
+        if not state.sensitive_stored:
+            return
+        at, epoch = state.sensitive_read
+        stale = time.monotonic() - at > task_settings.CACHE_S or any(
+            r.task not in state.sensitive_tasks
+            and r.created_at is not None
+            and r.created_at.timestamp() >= epoch - CLOCK_SKEW_S
+            for r in records
         )
+        if stale:
+            self._read_sensitive(self.backend)
 
     # -- API tokens ------------------------------------------------------------------------
     def create_token(self, scope: str, *, name: str | None = None) -> tuple[ApiToken, str]:
@@ -158,7 +241,7 @@ class ServingMixin:
         token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         token = ApiToken(id=token_id, name=name, scope=checked, created_at=datetime.now(UTC))
         self.backend.token_insert(token=token, secret_hash=_digest(secret))
-        self._serving.configured = (True, time.monotonic())
+        self._serving.configured = self._serving.active = (True, time.monotonic())
         return token, f"{TOKEN_PREFIX}_{token_id}_{secret}"
 
     def tokens(self) -> list[ApiToken]:
@@ -171,7 +254,7 @@ class ServingMixin:
         revoked = self.backend.token_revoke(token_id=str(token_id))
         with self._serving.lock:
             self._serving.tokens.pop(str(token_id), None)
-            self._serving.configured = (False, 0.0)
+            self._serving.active = (False, 0.0)
         return revoked
 
     def authenticate(self, text: str) -> ApiToken | None:
@@ -198,12 +281,23 @@ class ServingMixin:
         return token
 
     def tokens_configured(self) -> bool:
-        """Whether any active token exists (re-read at most every few seconds)."""
+        """Whether any token was ever created, revoked or not (re-read at most every
+        few seconds while none was). Revoked tokens stay as rows, so this fact lives
+        in the database, shared by every server on it and kept across restarts: once
+        true, a server requires tokens even after the last one is revoked."""
         configured, at = self._serving.configured
-        if time.monotonic() - at > AUTH_CACHE_S:
-            configured = self.backend.token_count_active() > 0
+        if not configured and time.monotonic() - at > AUTH_CACHE_S:
+            configured = self.backend.token_count_all() > 0
             self._serving.configured = (configured, time.monotonic())
         return configured
+
+    def tokens_active(self) -> bool:
+        """Whether any token is active (not revoked); re-read at most every few seconds."""
+        active, at = self._serving.active
+        if time.monotonic() - at > AUTH_CACHE_S:
+            active = self.backend.token_count_active() > 0
+            self._serving.active = (active, time.monotonic())
+        return active
 
     # -- remote workers --------------------------------------------------------------------
     def heartbeat_worker(self, worker: WorkerInfo) -> Heartbeat:
@@ -237,7 +331,30 @@ class ServingMixin:
             tags=list(tags),
             lease_s=lease_s,
         )
-        return self._deadlines(jobs)
+        return self._deadlines(self._servable(worker_id, jobs))
+
+    def _servable(self, worker_id: str, jobs: list[JobRecord]) -> list[JobRecord]:
+        """The claimed jobs that can be handed out. One whose data cannot be read
+        back (``JobRecord.unreadable``) is failed at once, not retried, as an
+        in-process worker fails it: handing it out would send its worker empty
+        arguments, and leaving it unclaimed would have every poll claim it again."""
+        bad = [j for j in jobs if j.unreadable is not None]
+        if not bad:
+            return jobs
+        self.report(
+            worker_id,
+            [
+                RemoteOutcome(
+                    j.id,
+                    j.lease_token or "",
+                    OutcomeKind.FAIL,
+                    error=not_run_message(j.unreadable or ""),
+                    permanent=True,
+                )
+                for j in bad
+            ],
+        )
+        return [j for j in jobs if j.unreadable is None]
 
     def _deadlines(self, jobs: list[JobRecord]) -> list[JobRecord]:
         """Jobs with a timeout get it as their lease deadline (one write per timeout)."""
@@ -258,7 +375,14 @@ class ServingMixin:
         return self.backend.job_set_deadline(leases=[Lease(job_id, token)], seconds=seconds) > 0
 
     def release(self, worker_id: str, leases: Sequence[Lease]) -> list[int]:
-        """Give held jobs back without using their attempt (a worker shutting down)."""
+        """Give held jobs back without using their attempt (a worker shutting down).
+        ``Conflict`` if another worker holds one under its token: nothing is released
+        (the token fences the write; the worker is checked, as for outcomes)."""
+        jobs = self._jobs_by_id([le.job_id for le in leases]) if leases else {}
+        for le in leases:
+            refused = refusal(jobs.get(le.job_id), le.job_id, le.token, worker_id)
+            if refused is not None and refused.reason == Refusal.WRONG_WORKER:
+                raise Conflict(refused.message)
         return self.backend.job_release_many(worker_id=worker_id, leases=leases)
 
     def report(self, worker_id: str, outcomes: Sequence[RemoteOutcome]) -> list[OutcomeResult]:
@@ -277,7 +401,7 @@ class ServingMixin:
         finals: list[tuple[Finalize, JobRecord]] = []
         for o in outcomes:
             job = jobs.get(o.job_id)
-            refused = refusal(job, o.job_id, o.token)
+            refused = refusal(job, o.job_id, o.token, worker_id)
             if refused is not None or job is None:
                 results[o.job_id] = refused or OutcomeResult(o.job_id, False)
                 continue
@@ -291,7 +415,7 @@ class ServingMixin:
             if f.job_id in written:
                 results[f.job_id] = accepted(f, job)
             else:  # the lease went between our read and the write
-                why = refusal(now.get(f.job_id), f.job_id, f.token)
+                why = refusal(now.get(f.job_id), f.job_id, f.token, worker_id)
                 results[f.job_id] = why or OutcomeResult(f.job_id, False, message="refused")
         return [results[i] for i in ids]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .encoding import MAX_DEPTH, TooDeep, argument_parts, check_depth, may_nest_over
 from .errors import BadArguments, ConfigError, SerializationError
 from .records import (
     EXPLICIT_BACKOFF,
@@ -40,7 +41,7 @@ def _fast_encode() -> Callable[[Any], str] | None:
     a job's arguments). The C encoder is CPython's own, the one ``encode`` uses;
     it is used only if it gives the same text here, else ``encode`` is. It keeps
     no circular-reference markers: a cycle ends in RecursionError, which
-    ``encode_json`` reports like any value JSON cannot hold."""
+    ``encode_json`` reports as a value nested too deeply."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return None
@@ -233,20 +234,33 @@ def parse_rate(spec: str) -> float:
 
 def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
     return encode_json(
-        f"arguments of task {task!r}", {"args": list(args), "kwargs": dict(kwargs)}, limit
+        f"arguments of task {task!r}",
+        {"args": list(args), "kwargs": dict(kwargs)},
+        limit,
+        arguments=True,
     )
 
 
-def encode_json(what: str, value: Any, limit: int) -> str:
-    """``value`` as JSON text every database stores, at most ``limit`` characters;
-    ``SerializationError`` (saying what to change) otherwise."""
+def encode_json(what: str, value: Any, limit: int, *, arguments: bool = False) -> str:
+    """``value`` as JSON text every database stores, at most ``limit`` characters
+    and nested at most ``MAX_DEPTH`` deep; ``SerializationError`` (saying what to
+    change) otherwise. ``arguments``: ``value`` is a job's arguments document
+    (``{"args": [...], "kwargs": {...}}``): the limit is each argument's, two levels
+    down, and an error names the argument (``args[1] of task 't'``)."""
     try:
         text: str = _ENCODE(value)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except RecursionError:
+        text = ""  # deeper than the encoder goes: the depth check names what
+    except (TypeError, ValueError) as exc:
         raise SerializationError(
             f"{what} cannot be stored as JSON ({exc}); pass str, int, float, "
             "bool, None, lists and dicts, or convert the value first. Nothing was enqueued."
         ) from exc
+    limit_here = MAX_DEPTH + 2 if arguments else MAX_DEPTH
+    if not text or (len(text) > 2 * limit_here and may_nest_over(text, limit_here)):
+        _check_depth(what, value, arguments)
+        if not text:
+            raise SerializationError(f"{what} cannot be stored as JSON (nested too deeply)")
     # Both checks are rare failures: a plain substring test (a C loop) and the
     # ASCII flag rule them out for almost every payload without a regex or an
     # encode per job.
@@ -263,6 +277,22 @@ def encode_json(what: str, value: Any, limit: int) -> str:
             "and pass a reference. Nothing was enqueued."
         )
     return text
+
+
+def _check_depth(what: str, value: Any, arguments: bool) -> None:
+    """``SerializationError`` naming the part of ``value`` nested deeper than
+    ``MAX_DEPTH`` (see ``encode_json``), if one is."""
+    if arguments:
+        parts = argument_parts(value["args"], value["kwargs"], what.removeprefix("arguments"))
+    else:
+        parts = {what: value}
+    try:
+        check_depth(parts)
+    except TooDeep as exc:
+        raise SerializationError(
+            f"{exc}: flatten the data, or store it elsewhere and pass a reference. "
+            "Nothing was enqueued."
+        ) from None
 
 
 #: send_many encodes and hands over this many jobs at a time when nothing needs
@@ -488,7 +518,12 @@ class Task:
     def send(self, *args: Any, **kwargs: Any) -> Job:
         """Enqueue one job. Keyword arguments named in ``SEND_OPTIONS`` configure the job
         (``delay``, ``priority``, ``unique_key``, ``idempotency_key``, ``conn``, ...);
-        the rest go to the handler."""
+        the rest go to the handler.
+
+        An ``idempotency_key`` seen before returns the job it named (``created`` is
+        False), whatever the arguments: in Python the key is the program's own
+        (periodic ticks and chain steps use keys so). ``POST /v1/jobs`` is stricter:
+        a different request under a key already used is refused (422)."""
         kwargs, options = self._split(kwargs)
         conn = options.pop("conn", None)
         insert = self.build(args, kwargs, **options)
@@ -618,22 +653,29 @@ class Task:
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError("send_many cannot share one unique_key/idempotency_key across jobs")
         template = self.template(**options)
-        if conn is None and self._plain(template):
+        # Listed first: the stream takes its chunks while the backend holds a
+        # connection, and an iterator of the caller's might use the database.
+        items = list(items)
+        if conn is None and self._plain(template) and len(items) > STREAM_CHUNK:
             # No keys to resolve, no limits: the jobs go out in chunks, and the
             # backend may write one while the next is encoded.
-            it = iter(items)
-            head = list(itertools.islice(it, STREAM_CHUNK + 1))
-            if len(head) > STREAM_CHUNK:
-                return self.app.insert_stream(self._chunks(itertools.chain(head, it), template))
-            items = head
+            return self.app.insert_stream(self._chunks(items, template))
         inserts, payloads = self._inserts(items, template)
         return self.app.insert_jobs(inserts, conn=conn, payloads=payloads)
 
     def _plain(self, template: JobInsert) -> bool:
         """Jobs of this template need no keys resolved and no limits respected:
-        they may be written as a stream (``_chunks``)."""
+        they may be written as a stream (``_chunks``). Nor a tenant function: the
+        stream makes its jobs while the backend holds a connection, and code of
+        the caller's may use the database (a second connection, which a pool
+        whose every connection is held so never gives)."""
         d = self.defaults
-        return not template.limited and d.concurrency_key is None and not d.rate_limit
+        return (
+            not template.limited
+            and d.concurrency_key is None
+            and not d.rate_limit
+            and not callable(d.tenant_key)
+        )
 
     def _chunks(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any] | _Call], template: JobInsert

@@ -214,3 +214,22 @@ def test_version_has_one_source() -> None:
         == f"conveyor, version {version('conveyor')}"
         == (f"conveyor, version {conveyor.__version__}")
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--args", "[" * 40 + "]" * 40, "args[0] of task 'remote_t' nests lists and dicts more"),
+        ("--kwargs", '{"k": ' + "[" * 40 + "]" * 40 + "}", "kwargs['k'] of task 'remote_t'"),
+        ("--args", "[" * 100_000 + "]" * 100_000, "--args is nested too deeply to read"),
+    ],
+)
+def test_a_payload_nested_too_deeply_is_one_error_line_and_stores_nothing(
+    invoke: Invoke, tmp_path: Path, option: str, value: str, expected: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert invoke("migrate", url=url).exit_code == 0
+    line = one_error_line(invoke("enqueue", "remote_t", option, value, url=url))
+    assert expected in line, line
+    listed = invoke("jobs", "list", "--json", url=url)
+    assert listed.exit_code == 0 and listed.stdout.strip() == "[]", listed.output

@@ -148,3 +148,38 @@ def test_worker_metrics_and_json_logs(
     assert {"job_id", "queue", "attempt", "duration_s", "worker", "time", "level"} <= set(done[0])
     failed = [ln for ln in lines if ln.get("outcome") == "failed"]
     assert failed and failed[-1]["level"] == "error" and failed[-1]["job_id"] == bad.id
+
+
+def test_a_worker_started_on_a_newer_schema_exits_3(
+    start_worker: StartWorker, producer: Conveyor, tmp_path: Path
+) -> None:
+    """The README's contract: code older than the schema exits with status 3 (deploy
+    the new code), at start as when the schema changes under a running worker."""
+    producer.migrate()
+    version = producer.backend.latest_schema + 1
+    producer.backend._count("schema_version_insert", {"version": version, "name": "future"})
+    proc = start_worker("--burst", "--queues", "default")
+    assert proc.wait(timeout=30) == 3
+    log = (tmp_path / "worker.log").read_text()
+    assert f"schema version {version}" in log and "Traceback" not in log
+
+
+def test_a_burst_worker_whose_claims_fail_exits_1(
+    start_worker: StartWorker, producer: Conveyor, tmp_path: Path
+) -> None:
+    """A schema the code does not match (a column gone) fails every claim: a burst
+    worker says so and exits non-zero instead of retrying for ever with its work
+    undone (a worker that is not bursting retries, as through an outage)."""
+    job = producer.tasks["add"].send(1, 2)
+    with producer.backend._tx() as cur:
+        cur.execute("ALTER TABLE conveyor_jobs RENAME COLUMN priority TO priority_gone")
+    proc = start_worker("--burst", "--queues", "default")
+    assert proc.wait(timeout=30) == 1
+    log = (tmp_path / "worker.log").read_text()
+    assert "could not claim jobs, stopping" in log and "priority" in log
+    assert "Traceback" not in log
+    with producer.backend._tx() as cur:
+        cur.execute("ALTER TABLE conveyor_jobs RENAME COLUMN priority_gone TO priority")
+    # not run (on MySQL the claim's UPDATE took it before its read failed: running,
+    # until the dead worker's jobs are taken back)
+    assert job.refresh().state in (JobState.AVAILABLE, JobState.RUNNING)

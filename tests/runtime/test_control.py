@@ -105,9 +105,11 @@ def test_snooze_runs_again_later_without_using_attempts(app):
     assert [a.outcome for a in got.attempt_log()] == ["snoozed", "snoozed", "succeeded"]
 
 
-def _low_job_start_delay(db_url, aging_s, limit_s):
-    """Seconds before a priority-0 job starts while priority-3 jobs keep the worker
-    busy (about ten always waiting, never fewer); None if not within limit_s."""
+def _low_job_start_delay(db_url, aging_s, limit_s, depth):
+    """Seconds from the worker's first job until a priority-0 job (sent before
+    the worker started) starts while priority-3 jobs keep the worker busy (about
+    ``depth`` always waiting); None if not within limit_s. Counted from the
+    worker's first job, not from its start, which a loaded machine delays."""
     app = Conveyor(db_url, priority_aging_s=aging_s)
     started: dict[str, float] = {}
 
@@ -121,14 +123,13 @@ def _low_job_start_delay(db_url, aging_s, limit_s):
     def urgent_stream():
         while not stop.is_set():
             waiting = sum(c.count for c in app.counts() if c.state == "available")
-            if waiting < 10:
-                work.send_many([("urgent",)] * (12 - waiting), priority=3)
+            if waiting < depth:
+                work.send_many([("urgent",)] * (depth + 2 - waiting), priority=3)
             time.sleep(0.02)
 
     producer = threading.Thread(target=urgent_stream, daemon=True)
     producer.start()
     time.sleep(0.3)
-    t0 = time.monotonic()
     work.send("low", priority=0)
     try:
         with Running(app, concurrency=2, fetch_batch=2, maintenance_s=0.1):
@@ -136,7 +137,7 @@ def _low_job_start_delay(db_url, aging_s, limit_s):
                 wait_for(lambda: "low" in started, timeout=limit_s)
             except AssertionError:
                 return None
-            return started["low"] - t0
+            return started["low"] - started["urgent"]
     finally:
         stop.set()
         producer.join()
@@ -145,14 +146,16 @@ def _low_job_start_delay(db_url, aging_s, limit_s):
 
 def test_aging_lets_a_low_priority_job_through_a_stream_of_urgent_ones(db_url):
     """A job of priority p ranks like a priority-P job enqueued (P - p) * aging_s
-    later. Here priority-P jobs wait ~0.1 s, so the bound is 3 * 0.5 s plus that
-    wait, the worker's start, a maintenance pass and a claim: 2 s of slack (a slow
-    2-core machine took 2.96 s on MariaDB). Without aging the job never starts
-    while urgent work is waiting (the control run)."""
+    later. Here priority-P jobs wait ~0.1 s, so from the worker's first job the
+    bound is 3 * 0.5 s plus that wait, a maintenance pass and a claim: 2 s of slack
+    (a slow 2-core machine took 2.96 s on MariaDB, counting the worker's start).
+    Without aging the job never starts while urgent work is waiting (the control
+    run, which keeps 300 urgent jobs waiting, seconds of work: a producer stalled
+    by a loaded machine must not let the stream run dry)."""
     bound = 3 * 0.5 + 2.0
-    waited = _low_job_start_delay(db_url, aging_s=0.5, limit_s=15)
+    waited = _low_job_start_delay(db_url, aging_s=0.5, limit_s=15, depth=10)
     assert waited is not None and waited <= bound, f"waited {waited}s, bound {bound}s"
-    assert _low_job_start_delay(db_url, aging_s=None, limit_s=2 * bound) is None
+    assert _low_job_start_delay(db_url, aging_s=None, limit_s=2 * bound, depth=300) is None
 
 
 def test_send_distinct_runs_on_n_different_workers(app):

@@ -281,7 +281,7 @@ def test_a_worker_stops_when_the_schema_becomes_newer_than_its_code(app):
         return None
 
     with Running(app, heartbeat_s=0.2) as running:
-        wait_for(lambda: hasattr(running.worker, "heartbeat"), what="the worker running")
+        wait_for(lambda: running.worker.health(), what="the worker running")
         version = app.backend.latest_schema + 1
         app.backend._count("schema_version_insert", {"version": version, "name": "from_the_future"})
         running.thread.join(15)

@@ -40,6 +40,7 @@ PG_ONLY = {
     "notify_events",
     "tables_to_tidy",  # VACUUM, ANALYZE: SQLite reuses freed pages, InnoDB purges
     "table_planned_empty",
+    "change_stamp",  # the newest change stamps, polled behind a transaction pooler
 }
 SQLITE_ONLY = {
     "job_finalize_one",
@@ -68,6 +69,7 @@ EACH_OWN = {
     "schema_version_table": "column types",
     "changes_head": "the oldest running transaction vs the largest stamp",
     "counts_fold": "deltas folded by the leader vs counts kept by row triggers",
+    "filter_search": "jsonb_each vs json_each vs JSON_TABLE: sensitive arguments skipped",
 }
 
 
@@ -125,6 +127,7 @@ MYSQL_OVERRIDES = {
     "queue_set_limit": "ON DUPLICATE KEY UPDATE",
     "queue_set_rate": "ON DUPLICATE KEY UPDATE",
     "task_settings_upsert": "ON DUPLICATE KEY UPDATE",
+    "task_sensitive_upsert": "ON DUPLICATE KEY UPDATE",
     "queue_oldest_waiting": "a derived table cannot see the outer query in MySQL",
     "job_find_by_keys": "a locking read: the latest rows, even in a REPEATABLE READ snapshot",
     "job_chain_due": "by a generated column and its index (no partial index)",

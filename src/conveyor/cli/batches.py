@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .. import serialize
 from ..batch import Batch
 from ..records import BatchState, JobState
 from .core import State, app_option, pass_state, refuse
@@ -66,26 +67,6 @@ def callback_name(batch: Batch) -> str | None:
     return on_complete.get("task") if on_complete else None
 
 
-def batch_dict(batch: Batch, progress: dict[str, Any]) -> dict[str, Any]:
-    r = batch.record
-    return {
-        "id": r.id,
-        "name": r.name,
-        "task": r.task,
-        # progress() reads the state after the counts: the fresher of the two
-        "state": progress["state"],
-        "total": r.total,
-        "idempotency_key": r.idempotency_key,
-        "on_complete": callback_name(batch),
-        "closings": r.closings,
-        "created_at": r.created_at,
-        "finished_at": r.finished_at,
-        "cancelled_at": r.cancelled_at,
-        "final_counts": r.counts,
-        "progress": {k: v for k, v in progress.items() if k != "state"},
-    }
-
-
 # -- list ----------------------------------------------------------------------------------
 @batches_group.command("list")
 @click.option(
@@ -107,7 +88,7 @@ def list_batches(state: State, state_filter: str | None, limit: int, as_json: bo
     batches = state.app().list_batches(state=state_filter, limit=limit)
     rows = [(b, b.progress()) for b in batches]
     if as_json:
-        echo_json([batch_dict(b, p) for b, p in rows])
+        echo_json([serialize.cli_batch(b.record, p) for b, p in rows])
         return
     if not rows:
         console().print("no batches match" if state_filter else "no batches yet")
@@ -170,7 +151,7 @@ def show_batch(state: State, batch_id: int, as_json: bool, follow: bool) -> None
         if closed is None:  # Ctrl-C
             return
         if as_json:
-            echo_json(batch_dict(closed, closed.progress()))
+            echo_json(serialize.cli_batch(closed.record, closed.progress()))
         else:
             console().print(final_line(closed))
         return
@@ -178,7 +159,7 @@ def show_batch(state: State, batch_id: int, as_json: bool, follow: bool) -> None
     batch = batch.refresh()  # the record at least as fresh as the counts
     progress["state"] = batch.state
     if as_json:
-        echo_json(batch_dict(batch, progress))
+        echo_json(serialize.cli_batch(batch.record, progress))
         return
     console().print(batch_fields(batch, progress))
 

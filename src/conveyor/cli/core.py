@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +12,7 @@ from click.core import ParameterSource
 
 from ..app import Conveyor
 from ..errors import ConveyorError
+from ..loading import load_app
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -152,56 +151,6 @@ def wait_for_database_option(fn: F) -> F:
         "(refused, starting up, restarting), then exit with its error. A wrong password or "
         "database name fails at once. 0: fail at once.",
     )(fn)
-
-
-def load_app(spec: str) -> Conveyor:
-    """Import ``module:attr`` and check it is a Conveyor. Every failure is one clear line."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name.strip() or not attr.strip():
-        raise CliError(f"--app must look like module:attribute (e.g. myapp:app), got {spec!r}")
-    module = _import(module_name.strip())
-    obj: Any = module
-    for part in attr.strip().split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise CliError(
-                f"--app {spec}: module {module_name!r} has no attribute {attr!r}"
-            ) from None
-    if not isinstance(obj, Conveyor):
-        raise CliError(
-            f"--app {spec}: {attr!r} is a {type(obj).__name__}, not a conveyor.Conveyor "
-            "(point --app at the object created with Conveyor(...))"
-        )
-    return obj
-
-
-def _import(module_name: str) -> Any:
-    # Like `python -m`: modules in the current directory are importable.
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise CliError(
-                f"--app: no module named {module_name!r} (looked in {cwd} and on sys.path; "
-                "run from your project's directory or set PYTHONPATH)"
-            ) from None
-        raise CliError(_import_failure(module_name, exc)) from None
-    except ConveyorError:
-        raise  # e.g. a task registered twice: its own message is the clearest
-    except Exception as exc:
-        raise CliError(_import_failure(module_name, exc)) from None
-
-
-def _import_failure(module_name: str, exc: BaseException) -> str:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return (
-        f"--app: importing {module_name!r} failed with {type(exc).__name__}: {first} "
-        f"(run `python -c 'import {module_name}'` to see the traceback)"
-    )
 
 
 def refuse(message: str) -> CliError:

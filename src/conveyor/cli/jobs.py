@@ -212,6 +212,7 @@ def job_fields(job: Job) -> Table:
         ("priority", job.priority),
         ("args", json.dumps(shown["args"])),
         ("kwargs", json.dumps(shown["kwargs"])),
+        ("unreadable", Text(job.unreadable, style="red") if job.unreadable else None),
         ("created", when(job.created_at)),
         ("due", when(job.scheduled_at)),
         ("started", when(job.started_at)),

@@ -182,6 +182,8 @@ def _json_arg(text: str, option: str, kind: type, expected: str) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CliError(f"{option} is not valid JSON ({exc}): expected {expected}") from None
+    except RecursionError:
+        raise CliError(f"{option} is nested too deeply to read: expected {expected}") from None
     if not isinstance(value, kind):
         raise CliError(f"{option} must be {expected}, got {type(value).__name__}")
     return value

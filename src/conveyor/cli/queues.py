@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from rich.table import Table
 from rich.text import Text
 
+from .. import serialize
 from ..app import Conveyor
 from ..records import JobState, QueueInfo
 from .core import CliError, State, app_option, pass_state
@@ -34,19 +33,7 @@ def queues_group() -> None:
 
 def full_counts(info: QueueInfo) -> dict[str, int]:
     """Every state present, in display order (the backend omits states with no jobs)."""
-    counts = dict.fromkeys(STATES, 0)
-    for name, n in info.counts.items():
-        counts[name] = counts.get(name, 0) + int(n)
-    return counts
-
-
-def queue_dict(info: QueueInfo) -> dict[str, Any]:
-    return {
-        "name": info.name,
-        "paused": bool(info.paused),
-        "max_running": info.max_running,
-        "counts": full_counts(info),
-    }
+    return serialize.state_counts(info.counts)
 
 
 def paused_text(paused: bool) -> Text:
@@ -67,7 +54,7 @@ def list_queues(state: State, as_json: bool) -> None:
     jobs (across every worker), and its jobs per state."""
     queues = state.app().queues()
     if as_json:
-        echo_json([queue_dict(q) for q in queues])
+        echo_json([serialize.cli_queue(q) for q in queues])
         return
     if not queues:
         console().print("no queues yet (a queue appears with its first job or setting)")

@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from .. import serialize
 from ..app import Conveyor
 from ..batch import Batch
 from ..records import BatchState, JobState, QueueInfo, WorkerInfo
@@ -27,7 +28,7 @@ def status(state: State, as_json: bool) -> None:
     many periodic schedules the app declares."""
     app = state.app()
     queues = shown_queues(app.queues())
-    counts = {q.name: full_counts(q) for q in queues}
+    shapes = [serialize.cli_queue(q) for q in queues]
     n_open, shown = open_batches(app)
     workers = app.workers()
     unserved = app.unserved()
@@ -35,21 +36,17 @@ def status(state: State, as_json: bool) -> None:
     if as_json:
         echo_json(
             {
-                "queues": counts,
+                "queues": {q["name"]: q["counts"] for q in shapes},
                 "queue_settings": {
-                    q.name: {"paused": bool(q.paused), "max_running": q.max_running} for q in queues
+                    q["name"]: {"paused": q["paused"], "max_running": q["max_running"]}
+                    for q in shapes
                 },
                 "batches": {
                     BatchState.RUNNING: n_open,
-                    "shown": [
-                        {"id": b.id, "name": b.name, "task": b.record.task, **p} for b, p in shown
-                    ],
+                    "shown": [serialize.batch_brief(b.record, p) for b, p in shown],
                 },
-                "workers": [worker_dict(w) for w in workers],
-                "unserved": [
-                    {"queue": c.queue, "task": c.task, "state": c.state, "count": c.count}
-                    for c in unserved
-                ],
+                "workers": [serialize.cli_worker(w, silent_after_s=STALE_S) for w in workers],
+                "unserved": [serialize.count(c) for c in unserved],
                 "periodics": periodics,
             }
         )
@@ -196,20 +193,6 @@ def _age(w: WorkerInfo) -> float | None:
     if w.last_seen_at is None:
         return None
     return max(0.0, (datetime.now(UTC) - w.last_seen_at).total_seconds())
-
-
-def worker_dict(w: WorkerInfo) -> dict[str, Any]:
-    return {
-        "id": w.id,
-        "hostname": w.hostname,
-        "pid": w.pid,
-        "queues": list(w.queues),
-        "concurrency": w.concurrency,
-        "started_at": w.started_at,
-        "last_seen_at": w.last_seen_at,
-        "last_seen_s_ago": _age(w),
-        "silent": is_silent(w),
-    }
 
 
 def is_silent(w: WorkerInfo) -> bool:

@@ -32,9 +32,11 @@ def tokens_group() -> None:
     conveyor tokens list
     conveyor tokens revoke 3f9a1c2b7d4e
 
-    Scopes: read (GET only), producer (create, cancel, retry jobs and batches),
-    worker (lease jobs, report outcomes), admin (everything). Only a SHA-256 of
-    each secret is stored: a token is shown once, when it is created.
+    Scopes: read (GET only); producer (read, plus create, cancel, retry jobs and
+    batches); worker (read, plus lease jobs and report their outcomes, but not
+    create, cancel or retry them: neither of producer and worker includes the
+    other); admin (everything). Only a SHA-256 of each secret is stored: a token
+    is shown once, when it is created.
     """
 
 
@@ -43,7 +45,8 @@ def tokens_group() -> None:
     "--scope",
     type=click.Choice([s.value for s in TokenScope]),
     required=True,
-    help="What the token may do.",
+    help="What the token may do: read < producer, read < worker, admin = all "
+    "(producer and worker are separate; see `conveyor tokens --help`).",
 )
 @click.option("--name", metavar="TEXT", help="A label, to tell tokens apart in lists.")
 @app_option
@@ -89,7 +92,17 @@ def list_tokens(state: State, as_json: bool) -> None:
 @app_option
 @pass_state
 def revoke(state: State, token_id: str) -> None:
-    """Revoke token ID: servers refuse it within a few seconds."""
-    if not current(state.app()).revoke_token(token_id):
+    """Revoke token ID: servers refuse it within a few seconds. Revoking the last
+    active token does not open the server again: it stays closed (every request
+    gets 401) until a token is created, or it is restarted with `--open`."""
+    app = current(state.app())
+    if not app.revoke_token(token_id):
         raise CliError(f"no active token with id {token_id!r} (see `conveyor tokens list`)")
     click.echo(f"token {token_id} revoked")
+    if not app.tokens_active():
+        click.echo(
+            "that was the last active token: servers on this database now refuse every "
+            "request (401) until you create one; `conveyor server --open` serves loopback "
+            "clients without a token again",
+            err=True,
+        )

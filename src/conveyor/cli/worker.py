@@ -11,7 +11,8 @@ import time
 import click
 
 from ..app import Conveyor
-from ..runtime.worker import Worker
+from ..errors import SchemaTooNew
+from ..runtime.worker import EXIT_SCHEMA_TOO_NEW, Worker
 from .core import CliError, State, app_option, pass_state, wait_for_database_option
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
@@ -112,7 +113,8 @@ LOG_LEVELS = ["debug", "info", "warning", "error"]
     "--burst",
     is_flag=True,
     help="Exit once nothing is claimable and nothing is running (jobs still waiting "
-    "for a retry are left to other workers).",
+    "for a retry are left to other workers). A claim that fails for another reason than "
+    "the database being out of reach ends it with exit status 1.",
 )
 @click.option(
     "--tags",
@@ -178,7 +180,9 @@ def worker(
 
     Stops gracefully on SIGTERM or SIGINT (Ctrl-C): no new jobs are claimed,
     running ones get --grace seconds to finish, the rest go back to the queue
-    without using up an attempt. Exit status 0 after a graceful stop.
+    without using up an attempt. Exit status 0 after a graceful stop, 3 when the
+    database schema is newer than this code (at start, or while it runs), 1 when a
+    --burst worker's claim fails.
     """
     app = state.app(need_tasks=resolver == "registered")
     configure_logging(log_level, log_format)
@@ -210,7 +214,10 @@ def worker(
         burst=burst,
         tags=tags,
     )
-    w.run(install_signals=True)
+    try:
+        w.run(install_signals=True)
+    except SchemaTooNew as exc:
+        raise CliError(str(exc), exit_code=EXIT_SCHEMA_TOO_NEW) from None
     app.close()
     _exit_if_stuck(w.exit_code)
 

@@ -6,9 +6,10 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from .. import serialize
 from .core import CliError, State, app_option, pass_state
 from .render import cell, console, echo_json, seconds, when
-from .status import _age, is_silent, last_seen_cell, silent_caption, worker_dict
+from .status import STALE_S, _age, is_silent, last_seen_cell, silent_caption
 
 
 @click.group("workers", short_help="List the workers; stop one remotely.")
@@ -31,7 +32,7 @@ def list_workers(state: State, as_json: bool) -> None:
     without deregistering (it is forgotten after a few minutes)."""
     workers = state.app().workers()
     if as_json:
-        echo_json([worker_dict(w) for w in workers])
+        echo_json([serialize.cli_worker(w, silent_after_s=STALE_S) for w in workers])
         return
     if not workers:
         console().print("no workers running")

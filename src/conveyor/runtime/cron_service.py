@@ -12,23 +12,42 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..cron import Periodic, due_ticks, tick_key
 from ..records import JobInsert
 from .service import ThreadService
+from .stores import TickStore
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..task import Task
 
 log = logging.getLogger("conveyor.cron")
+
+
+class CronHost(Protocol):
+    """What the cron service reads of the app (``Conveyor`` is one): its schedules,
+    its tasks, its retention, and its database."""
+
+    @property
+    def periodics(self) -> Mapping[str, Periodic]: ...
+
+    @property
+    def tasks(self) -> Mapping[str, Task]: ...
+
+    @property
+    def retention(self) -> Mapping[str, float | None]: ...
+
+    @property
+    def backend(self) -> TickStore: ...
 
 
 class CronService(ThreadService):
     name = "cron"
 
-    def __init__(self, app: Conveyor) -> None:
+    def __init__(self, app: CronHost) -> None:
         super().__init__(1.0)
         self.app = app
         #: per periodic, ticks known to have a job (created here or elsewhere)

@@ -215,7 +215,7 @@ def _classify(
         if isinstance(result, Snooze):
             return snoozed(job, result.seconds)
         try:
-            result_json = storable_json(result)
+            result_json = storable_json(result, "the result")
         except (TypeError, ValueError, RecursionError) as exc:
             return fail(
                 job, f"handler returned a value that cannot be stored as JSON: {describe(exc)}"
@@ -291,7 +291,7 @@ def _default_rule(task: Task | None, exc: BaseException) -> Retry | Fail:
 def next_stage(job: JobRecord, step: NextStage) -> Finalize:
     """Back to the queue at the next stage, same id, attempts counted afresh."""
     try:
-        context_json = storable_json(step.context)
+        context_json = storable_json(step.context, "the context")
     except (TypeError, ValueError, RecursionError) as exc:
         return fail(job, f"NextStage context cannot be stored as JSON: {describe(exc)}")
     return _finalize(

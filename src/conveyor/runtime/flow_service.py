@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from ..backends.interfaces import Backend
+from ..backends.interfaces import FlowStore
 from ..flow import next_step_insert
 from ..records import JobState
 from .service import ThreadService
@@ -24,7 +24,7 @@ class FlowService(ThreadService):
 
     def __init__(
         self,
-        backend: Backend,
+        backend: FlowStore,
         *,
         is_leader: Callable[[], bool] = lambda: True,
         interval: float = 1.0,

@@ -41,27 +41,34 @@ class Listener:
         self._notifier: Notifier | None = None
 
     def start(self) -> None:
-        self._notifier = self._make()
-        self._thread = threading.Thread(target=self._run, name="conveyor-listen", daemon=True)
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        notifier = self._notifier = self._make()
+        self._thread = threading.Thread(
+            target=self._run, args=(notifier,), name="conveyor-listen", daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
-        assert self._notifier is not None
+    def _run(self, notifier: Notifier) -> None:
         while not self._stop.is_set():
             try:
-                hints = self._notifier.wait(0.5)
+                hints = notifier.wait(0.5)
             except Exception:
                 self._stop.wait(0.5)
                 continue
-            if not hints:
-                continue
-            anything = "*" in hints
-            if anything or self._work(hints):
-                self._on_work()
-            if anything or "@flow" in hints:
-                self._on_flow()
-            if "@cancel" in hints:
-                self._on_cancel()
+            if hints:
+                self.dispatch(hints)
+
+    def dispatch(self, hints: set[str]) -> None:
+        """Wake whoever these hints concern (one pass of the listener's loop)."""
+        anything = "*" in hints
+        if anything or self._work(hints):
+            self._on_work()
+        if anything or "@flow" in hints:
+            self._on_flow()
+        if "@cancel" in hints:
+            self._on_cancel()
 
     def pace(self, eager: bool) -> None:
         """Whether the claim loop waits for a hint now (see ``Notifier.pace``)."""
@@ -76,10 +83,12 @@ class Listener:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        if self._notifier is not None:
-            self._notifier.close()  # waits for the listener's current wait() to return
-        if self._thread is not None:
-            self._thread.join(timeout)
+        notifier, self._notifier = self._notifier, None
+        if notifier is not None:
+            notifier.close()  # waits for the listener's current wait() to return
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
 
     def health(self) -> Health:
         alive = self._thread is not None and self._thread.is_alive()

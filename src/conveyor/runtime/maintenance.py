@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from ..backends.interfaces import Backend
 from ..records import RescueResult
 from .service import ThreadService
+from .stores import MaintenanceStore
 
 log = logging.getLogger("conveyor.maintenance")
 
@@ -24,7 +24,7 @@ class Maintenance(ThreadService):
 
     def __init__(
         self,
-        backend: Backend,
+        backend: MaintenanceStore,
         *,
         is_leader: Callable[[], bool] = lambda: True,
         interval: float = 1.0,

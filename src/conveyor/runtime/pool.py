@@ -36,6 +36,7 @@ class DaemonPool:
         self._abandoned: set[Future[Any]] = set()
         self._lock = threading.Lock()
         self._started = 0
+        self._closed = False
 
     def _grow(self) -> bool:
         """Under the lock: start a thread if an item waits with no idle thread to
@@ -111,7 +112,11 @@ class DaemonPool:
                         return  # a replacement took this thread's place
 
     def shutdown(self) -> None:
+        """Let every thread go once it is idle (a second call changes nothing)."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             n = self._threads
             self._pending += n
         for _ in range(n):

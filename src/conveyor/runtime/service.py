@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from ..backends.interfaces import Backend
+from ..backends.interfaces import WorkerStore
 
 log = logging.getLogger("conveyor.service")
 
@@ -98,6 +98,10 @@ class ThreadService:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    def wait_stop(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less if the service is stopped; True if it is stopping."""
+        return self._stopping.wait(seconds)
+
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
@@ -165,7 +169,7 @@ class Leadership(ThreadService):
 
     def __init__(
         self,
-        backend: Backend,
+        backend: WorkerStore,
         holder: str,
         *,
         ttl_s: float = 5.0,

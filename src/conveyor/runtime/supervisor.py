@@ -216,7 +216,7 @@ def child_main(app_spec: str, url: str, conn: Connection, path: list[str]) -> No
     sys.path[:] = path
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    from ..cli.core import load_app
+    from ..loading import load_app
     from .context import _current
 
     app = load_app(app_spec)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..errors import ConfigError, UnknownTask
+from ..encoding import not_run_message
+from ..errors import ConfigError, DatabaseUnavailable, UnknownTask
 from ..hooks import chain_execute
 from ..records import (
     Finalize,
@@ -39,13 +40,14 @@ from ..records import (
 from ..task import Task
 from .completer import Completer
 from .context import CancelFlag
-from .executor import InProcess, Run, cancelled, classify
+from .executor import InProcess, Run, cancelled, classify, fail
 from .flow_service import FlowService
 from .heartbeat import HeartbeatService
 from .host import cluster_services
 from .listener import Listener
 from .resolver import TaskResolver, resolver_for
 from .service import Services
+from .stores import WorkerBackend
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,6 +58,12 @@ log = logging.getLogger("conveyor.worker")
 #: one line per attempt (see _log_outcome)
 jobs_log = logging.getLogger("conveyor.jobs")
 T = TypeVar("T")
+#: exit status of a worker whose code is older than the database schema (deploy the
+#: new code), whether it finds that at start or while it runs
+EXIT_SCHEMA_TOO_NEW = 3
+#: exit status of a burst worker whose claim failed with an error other than the
+#: database being out of reach (a schema the code does not match, say)
+EXIT_CLAIM_FAILED = 1
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> None:
@@ -199,6 +207,22 @@ def trace_id(job: JobRecord) -> str | None:
     return parts[1] if len(parts) == 4 else None
 
 
+def _worker_config(config: WorkerConfig | None, options: dict[str, Any]) -> WorkerConfig:
+    """``config``, or one made of ``Worker``'s keyword options (queues and tags
+    may be given as one comma-separated string)."""
+    if config is not None and options:
+        raise ConfigError("pass either config= or keyword options, not both")
+    for name in ("queues", "tags"):
+        value = options.get(name)
+        if isinstance(value, str):
+            options[name] = tuple(v.strip() for v in value.split(",") if v.strip())
+        elif value is not None:
+            options[name] = tuple(value)
+    if "lease_s" in options:  # older name: a job is lost this long after its worker died
+        options.setdefault("worker_ttl_s", options.pop("lease_s"))
+    return config or WorkerConfig(**options)
+
+
 class Worker:
     def __init__(
         self,
@@ -208,18 +232,8 @@ class Worker:
         task_resolver: TaskResolver | None = None,
         **options: Any,
     ) -> None:
-        if config is not None and options:
-            raise ConfigError("pass either config= or keyword options, not both")
-        for name in ("queues", "tags"):
-            value = options.get(name)
-            if isinstance(value, str):
-                options[name] = tuple(v.strip() for v in value.split(",") if v.strip())
-            elif value is not None:
-                options[name] = tuple(value)
-        if "lease_s" in options:  # older name: a job is lost this long after its worker died
-            options.setdefault("worker_ttl_s", options.pop("lease_s"))
         self.app = app
-        self.config = config or WorkerConfig(**options)
+        self.config = _worker_config(config, options)
         self.resolver = task_resolver or resolver_for(app, self.config.resolver)
         self.id = self.config.worker_id or (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -240,8 +254,39 @@ class Worker:
         # NOTIFY reaches the claim in one thread wake-up instead of two (listener
         # -> event loop -> fetch thread: 0.33 ms of an idle worker's 3.2 ms).
         self._wake = threading.Event()
-        #: told whether the claim loop waits for hints (Listener.pace)
+        #: told whether the claim loop waits for hints (Listener.pace); made at start
         self._listener: Listener | None = None
+        # Known at start, once the database is open and every task is registered:
+        # the schema this code knows, and the tasks it claims ([] until then).
+        self._schema = 0
+        self._tasks: list[str] | None = []
+        #: the heartbeat, the listener and the cluster-wide services, made at start
+        self._services = Services()
+        #: one thread each for claims and for writes (threads start on first use)
+        self._db_threads = {
+            name: ThreadPoolExecutor(1, thread_name_prefix=f"conveyor-{name}")
+            for name in ("fetch", "complete")
+        }
+        #: runs the handlers in this process; with processes=, replaced at start by a
+        #: pool of child processes (app_spec is checked then)
+        self.executor: Executor = InProcess(self.config.concurrency, self._late_result)
+        self.completer = Completer(
+            self._write_outcomes,
+            self._outcome_written,
+            self._was_written,
+            max_batch=self.config.completion_batch,
+            gather_s=self.config.completion_wait_s,
+        )
+        #: set when a running job ends while the claim loop waits for _slot_need slots
+        self._slot_freed = asyncio.Event()
+        self._slot_need = 1
+        #: set by a second (or non-graceful) stop: running jobs are released at once
+        self._hard_event = asyncio.Event()
+
+    @functools.cached_property
+    def backend(self) -> WorkerBackend:
+        """The app's database; first read at start, once ``Conveyor.connect`` opened it."""
+        return self.app.backend
 
     # -- public control -------------------------------------------------------------
     def run(self, *, install_signals: bool = True) -> WorkerStats:
@@ -261,37 +306,46 @@ class Worker:
 
     def health(self) -> dict[str, Any]:
         """Each service's health, for a readiness probe."""
-        return {h.name: h for h in self._services.health()} if hasattr(self, "_services") else {}
+        return {h.name: h for h in self._services.health()}
 
     # -- lifecycle --------------------------------------------------------------------
     async def run_async(self, *, install_signals: bool = False) -> WorkerStats:
+        await self._start_up(install_signals)
+        ticker = asyncio.create_task(self._ticker(), name="conveyor-tick")
+        try:
+            await self._fetch_loop()
+            await self._drain()
+        finally:
+            ticker.cancel()
+            await self._shut_down()
+        c = self.stats.counts
+        log.info(
+            "worker %s stopped: %d succeeded, %d failed, %d retried, %d released, %d refused",
+            self.id,
+            c[Outcome.SUCCEEDED],
+            c[Outcome.FAILED],
+            c[Outcome.RETRY],
+            c[Outcome.RELEASED],
+            c["refused"],
+        )
+        return self.stats
+
+    async def _start_up(self, install_signals: bool) -> None:
+        """Open the database, register, and start the services: everything before
+        the first claim."""
         cfg = self.config
         self._loop = asyncio.get_running_loop()
         self._loop_ident = threading.get_ident()
         # Opens and migrates; errors surface before we start (a database that does
         # not answer yet is waited for, up to connect_wait_s: Conveyor.connect).
         self.app.connect(wait_s=self.config.connect_wait_s)
-        self.backend = self.app.backend
         self._schema = self.backend.latest_schema
         self._tasks = self.resolver.names()
         self._warn_unused_queues()
-        self._db_threads = {
-            name: ThreadPoolExecutor(1, thread_name_prefix=f"conveyor-{name}")
-            for name in ("fetch", "complete")
-        }
-        self.executor = self._make_executor()
-        self._slot_freed = asyncio.Event()
-        self._slot_need = 1
-        self._hard_event = asyncio.Event()
-        self.completer = Completer(
-            self._write_outcomes,
-            self._outcome_written,
-            self._was_written,
-            max_batch=cfg.completion_batch,
-            gather_s=cfg.completion_wait_s,
-        )
+        if cfg.processes:
+            self.executor = self._process_pool(cfg.processes)
         self.completer.start()
-        self._info = WorkerInfo(
+        info = WorkerInfo(
             id=self.id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
@@ -302,7 +356,7 @@ class Worker:
         )
         # Registered before the first claim: a job claimed by a worker without a
         # row would be rescued at once.
-        first = await self._db("complete", self.backend.worker_heartbeat, worker=self._info)
+        first = await self._db("complete", self.backend.worker_heartbeat, worker=info)
         self._check_schema(first)
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -317,66 +371,48 @@ class Worker:
             self.backend.name,
             "LISTEN/NOTIFY + polling" if self.backend.supports("push_notifications") else "polling",
         )
-        self._services = self._make_services()
+        self._add_services(info)
         self._services.start()
-        ticker = asyncio.create_task(self._ticker(), name="conveyor-tick")
+
+    async def _shut_down(self) -> None:
+        self._stop_requested.set()
+        await asyncio.to_thread(self._services.stop)
         try:
-            await self._fetch_loop()
-            await self._drain()
-        finally:
-            ticker.cancel()
-            self._stop_requested.set()
-            await asyncio.to_thread(self._services.stop)
-            try:
-                await self._db("complete", self.backend.worker_deregister, worker_id=self.id)
-            except Exception as exc:
-                log.warning("could not deregister worker %s: %s", self.id, exc)
-            for ex in self._db_threads.values():  # each finishes at most its current call
-                await asyncio.to_thread(ex.shutdown, True)
-            self.executor.shutdown()
-        c = self.stats.counts
-        log.info(
-            "worker %s stopped: %d succeeded, %d failed, %d retried, %d released, %d refused",
-            self.id,
-            c[Outcome.SUCCEEDED],
-            c[Outcome.FAILED],
-            c[Outcome.RETRY],
-            c[Outcome.RELEASED],
-            c["refused"],
-        )
-        return self.stats
+            await self._db("complete", self.backend.worker_deregister, worker_id=self.id)
+        except Exception as exc:
+            log.warning("could not deregister worker %s: %s", self.id, exc)
+        for ex in self._db_threads.values():  # each finishes at most its current call
+            await asyncio.to_thread(ex.shutdown, True)
+        self.executor.shutdown()
 
-    def _make_executor(self) -> Executor:
-        cfg = self.config
-        if cfg.processes:
-            from .supervisor import ProcessPool
+    def _process_pool(self, processes: int) -> Executor:
+        from .supervisor import ProcessPool
 
-            if not cfg.app_spec:
-                raise ConfigError(
-                    "processes= needs app_spec='module:attribute' so child processes can "
-                    "import the app (conveyor worker --app does this)"
-                )
-            return ProcessPool(
-                cfg.app_spec,
-                cfg.processes,
-                url=self.app.url,
-                max_memory_mb=cfg.max_memory_mb,
+        if not self.config.app_spec:
+            raise ConfigError(
+                "processes= needs app_spec='module:attribute' so child processes can "
+                "import the app (conveyor worker --app does this)"
             )
-        return InProcess(cfg.concurrency, self._late_result)
+        return ProcessPool(
+            self.config.app_spec,
+            processes,
+            url=self.app.url,
+            max_memory_mb=self.config.max_memory_mb,
+        )
 
-    def _make_services(self) -> Services:
+    def _add_services(self, info: WorkerInfo) -> None:
+        """The heartbeat, the cluster-wide services (unless ``services=False``) and
+        the listener, which wakes the claim loop, the flow service and the heartbeat."""
         cfg = self.config
-        services = Services()
-        self.heartbeat = HeartbeatService(
-            self.backend,
-            self._info,
+        heartbeat = HeartbeatService(
+            self.app.backend,
+            info,
             self,
             interval=cfg.heartbeat_every,
             worker_ttl_s=cfg.worker_ttl_s,
-            loop_thread=lambda: self._loop_ident,
         )
-        services.add(self.heartbeat)
-        self.flow: FlowService | None = None
+        self._services.add(heartbeat)
+        flow: FlowService | None = None
         if cfg.services:
             cluster = cluster_services(
                 self.app,
@@ -387,19 +423,17 @@ class Worker:
                 flow_poll_s=cfg.flow_poll_s,
             )
             for service in cluster.services.services:
-                services.add(service)
-            self.flow = cluster.flow
-        flow = self.flow
+                self._services.add(service)
+            flow = cluster.flow
         self._listener = Listener(
             lambda: self.backend.notifier(),
             cfg.queues,
             on_work=self._hinted,
-            on_flow=(lambda: flow.wake()) if flow is not None else (lambda: None),
-            on_cancel=self.heartbeat.wake,
+            on_flow=flow.wake if flow is not None else (lambda: None),
+            on_cancel=heartbeat.wake,
             me=self.id,
         )
-        services.add(self._listener)
-        return services
+        self._services.add(self._listener)
 
     def _warn_unused_queues(self) -> None:
         tasks = self.app.tasks.values()
@@ -455,7 +489,7 @@ class Worker:
         hold their jobs: past one concurrency's worth of them, they take slots too,
         so a slow database slows claiming instead of piling up leases."""
         slots = self.config.slots
-        unwritten = self.completer.backlog if hasattr(self, "completer") else 0
+        unwritten = self.completer.backlog
         return slots - len(self.running) - max(0, unwritten - slots)
 
     async def _wait_for_slots(self, need: int) -> int:
@@ -496,6 +530,13 @@ class Worker:
                 self._wake.set()
                 raise
             except Exception as exc:
+                if cfg.burst and not isinstance(exc, DatabaseUnavailable):
+                    # Trying again cannot help, and a burst worker's caller waits for
+                    # it to finish: it must not wait for ever, nor hear "done".
+                    log.error("could not claim jobs, stopping (burst mode): %s", exc)
+                    self.exit_code = EXIT_CLAIM_FAILED
+                    self._begin_stop(False)
+                    break
                 log.error("could not claim jobs, retrying in 1s: %s", exc)
                 await asyncio.sleep(1.0)
                 continue
@@ -583,6 +624,15 @@ class Worker:
         self.running[job.id] = entry
 
     async def _run_job(self, job: JobRecord) -> None:
+        if job.unreadable is not None:
+            # Its arguments could not be read back: the handler would run on
+            # empty ones. Failed, not retried: no later attempt reads them better.
+            entry = self._finished(job)
+            if entry is not None and not entry.lost:
+                outcome = fail(job, not_run_message(job.unreadable))
+                self._observe(job, outcome, None)
+                self.completer.add(outcome)
+            return
         run = Run()
         task: Task | None = None
         entry = self.running.get(job.id)  # _start registered it before this task ran
@@ -739,6 +789,9 @@ class Worker:
     def loop_tick(self) -> float:
         return self._tick
 
+    def loop_thread(self) -> int | None:
+        return self._loop_ident
+
     def blocking_jobs(self, frames: list[object]) -> str:
         codes = {getattr(f, "f_code", None) for f in frames}
         culprits = [
@@ -796,7 +849,7 @@ class Worker:
                 beat.schema_version,
                 self._schema,
             )
-            self.exit_code = 3
+            self.exit_code = EXIT_SCHEMA_TOO_NEW
             self._begin_stop(False)
 
     def _release_unknown(self, beat: Heartbeat) -> None:
