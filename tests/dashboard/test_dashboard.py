@@ -93,7 +93,7 @@ def test_a_batch_bar_advances_live_while_a_worker_runs(server, page, db_url) -> 
     )
     try:
         page.wait_for_function(
-            "document.querySelector('#batch-state').textContent.trim() === 'succeeded'",
+            "() => document.querySelector('#batch-state').textContent.trim() === 'succeeded'",
             timeout=60_000,
         )
     finally:
@@ -159,7 +159,7 @@ def test_sending_by_hand_checks_the_arguments_first(server, page, producer) -> N
     error = page.locator('.field-error[data-field="args"]')
     error.wait_for(state="visible")
     page.wait_for_function(
-        "document.querySelector('.field-error[data-field=args]').textContent.length > 0"
+        "() => document.querySelector('.field-error[data-field=args]').textContent.length > 0"
     )
     assert "missing a required argument: 'b'" in error.inner_text()
     assert producer.count_jobs(task="add").get("available", 0) == 0  # nothing stored
@@ -245,7 +245,7 @@ def test_retry_pause_resume_and_bulk_retry_with_a_real_worker(
         page.goto(f"{server.url}/jobs?state=failed&task=fragile")
         page.click("[data-bulk=retry]")
         page.wait_for_function(
-            "(document.querySelector('.bulk-status') || {}).textContent?.includes('done')",
+            "() => (document.querySelector('.bulk-status') || {}).textContent?.includes('done')",
             timeout=30_000,
         )
         wait_for(
@@ -285,3 +285,94 @@ def test_sensitive_arguments_never_reach_the_page(server, page) -> None:
         assert "hunter2" not in page.content(), path
     page.goto(f"{server.url}/jobs/{job}")
     assert "***" in page.locator("pre").first.inner_text()
+
+
+#: where the guide's screenshots go when asked (``CONVEYOR_SCREENSHOTS=docs/images``);
+#: a normal run keeps them in the test's temporary folder
+SCREENSHOTS = os.environ.get("CONVEYOR_SCREENSHOTS")
+
+
+def _worker(db_url: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "conveyor.cli.main", "-d", db_url, "worker"),
+            *("--app", "tests.server.srvapp:app", "--log-level", "warning", *args),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_a_populated_cluster_reads_right_and_makes_the_guides_screenshots(
+    server, page, producer, db_url, tmp_path
+) -> None:
+    """Successes, failures and a batch caught half-way, as the dashboard guide
+    shows them: the failed jobs are listed with their error, the batch's bar
+    stands between its ends. The screenshots (1280x800) are the guide's."""
+    with server.client() as c:  # through the server: its app gives each task's options
+        jobs = [{"task": "add", "args": [i, i]} for i in range(40)]
+        jobs += [{"task": "send_email", "args": [f"user{i}@example.com"]} for i in range(12)]
+        assert c.post("/v1/jobs/bulk", json={"jobs": jobs}).status_code == 201
+        failed = [
+            c.post("/v1/jobs", json={"task": "fragile", "args": [f"/nonexistent/flag-{i}"]}).json()[
+                "id"
+            ]
+            for i in range(3)
+        ]
+    assert _worker(db_url, "--burst").wait(120) == 0
+    with server.client() as c:
+        created = c.post(
+            "/v1/batches",
+            json={"task": "add", "items": [[i, 1] for i in range(1200)], "name": "nightly-sums"},
+        )
+        assert created.status_code == 201, created.text
+        batch = created.json()["id"]
+    # Catch the batch half-way: pause its queue once a third of it is done, let the
+    # running jobs finish, stop the worker, resume (nothing runs it any more)
+    worker = _worker(db_url, "--concurrency", "2", "--fetch-batch", "2")
+    try:
+        wait_for(lambda: producer.batch_progress(batch).get("succeeded", 0) >= 400, timeout=120)
+        producer.pause_queue("default")
+        wait_for(lambda: producer.batch_progress(batch).get("running", 0) == 0, timeout=30)
+    finally:
+        worker.terminate()
+        worker.wait(60)
+    producer.resume_queue("default")
+    # one live worker, on another queue: the overview counts it and still flags
+    # the waiting jobs nobody runs
+    idle = _worker(db_url, "--queues", "emails")
+    try:
+        wait_for(
+            lambda: any(w.queues == ["emails"] for w in producer.workers()),
+            timeout=60,
+            what="the idle worker",
+        )
+        _screenshots(server, page, failed[0], batch, SCREENSHOTS or str(tmp_path))
+    finally:
+        idle.terminate()
+        idle.wait(60)
+    assert page.errors == []
+
+
+def _screenshots(server, page, failed: int, batch: int, out: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    shots = {
+        "overview": "/",
+        "jobs": "/jobs?state=failed",
+        "job": f"/jobs/{failed}",
+        "batch": f"/batches/{batch}",
+    }
+    for name, path in shots.items():
+        response = page.goto(server.url + path)
+        assert response is not None and response.status == 200, path
+        page.wait_for_timeout(300)  # the live script's first refresh
+        page.screenshot(path=os.path.join(out, f"{name}.png"))
+        if name == "jobs":
+            assert page.locator("main").inner_text().count("fragile") == 3
+        if name == "job":
+            assert "/nonexistent/flag-0 is missing" in page.locator("main").inner_text()
+        if name == "batch":
+            percent = int(page.locator(".bar.big span").inner_text().rstrip("%"))
+            assert 0 < percent < 100
+            assert page.locator("#batch-state").inner_text().strip() == "running"

@@ -99,6 +99,23 @@ def start_server(db_url: str, tmp_path: Path) -> Iterator[Callable[..., Server]]
 
 
 @pytest.fixture
+def sqlite_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """``start_server`` on a SQLite file, whatever the backend: for what the
+    database plays no part in (the HTTP perimeter)."""
+    started: list[Server] = []
+
+    def start(*args: str) -> Server:
+        url = f"sqlite:///{tmp_path / 'conveyor.db'}"
+        server = Server(url, tmp_path / f"server-{len(started)}.log", ["--app", APP, *args])
+        started.append(server)
+        return server
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
 def server(start_server) -> Server:
     return start_server("--app", APP)
 

@@ -40,6 +40,129 @@ def ok(r):
     return body["result"]
 
 
+# -- seed 001's calls, as the seed writes them (its casing, its numbers) -----------------
+#: (CONTEXT above is the seed's taskContext, the same JSON text)
+#: the seed's t_schedule_cfg row, inserted in SQL there:
+#: insert into t_schedule_cfg(task_type, schedule_limit, schedule_interval,
+#:     max_processing_time,max_retry_num, retry_interval) values ('Lark', 100, 10, 30, 3, 10);
+SEED_CFG_ROW = {
+    "task_type": "Lark",
+    "schedule_limit": 100,
+    "schedule_interval": 10,
+    "max_processing_time": 30,
+    "max_retry_num": 3,
+    "retry_interval": 10,
+}
+SEED_CREATE = {
+    "taskData": {
+        "userId": "noob",
+        "taskType": "Lark",
+        "taskStage": "sendmsg",
+        "scheduleLog": "{}",
+        "taskContext": CONTEXT,
+    }
+}
+#: getTask's answer in the seed (its ids and times are its own)
+SEED_TASK = {
+    "userId": "noob",
+    "taskId": "211896101907726336_lark_task_1",
+    "taskType": "lark",
+    "taskStage": "sendmsg",
+    "status": 2,
+    "crtRetryNum": 0,
+    "maxRetryNum": 3,
+    "maxRetryInterval": 10,
+    "scheduleLog": "",
+    "taskContext": CONTEXT,
+    "createTime": 1723022367534,
+    "modifyTime": 1723023186312,
+}
+SEED_LIST_PARAMS = {"taskType": "lark", "status": 1, "limit": 10}
+SEED_HOLD_PARAMS = {"taskType": "lark", "status": 1, "limit": 10}
+SEED_SET = {
+    "taskId": "211896101907726336_lark_task_1",
+    "taskStage": "sendmsg",
+    "status": 2,
+    "scheduleLog": CONTEXT,
+    "taskContext": CONTEXT,
+    "orderTime": 612579324307,
+    "priority": 34,
+    "crtRetryNum": 24,
+    "maxRetryNum": 50,
+    "maxRetryInterval": 88,
+}
+SEED_USER_PARAMS = {"userId": "noob", "statusList": "1"}
+
+
+def like_the_seed(task: dict, status: int) -> None:
+    """A task as the seed's answers show one: every field, each of the type the
+    seed shows (integers as integers), the values it can share with the seed's."""
+    for field, value in SEED_TASK.items():
+        assert type(task[field]) is type(value), (field, task[field])
+    same = ("userId", "taskType", "taskStage", "maxRetryNum", "maxRetryInterval")
+    assert {f: task[f] for f in same} == {f: SEED_TASK[f] for f in same}
+    # the same JSON (PostgreSQL's jsonb keeps its own order of keys)
+    assert json.loads(task["taskContext"]) == json.loads(SEED_TASK["taskContext"])
+    assert task["status"] == status and task["createTime"] > 1_600_000_000_000
+
+
+def test_the_seed_replayed_as_written(api):
+    """Seed 001's calls with its own bodies and parameters: a task created as
+    "Lark" is the "lark" its lists and its worker's hold_task ask for (flowsvr
+    folds a task type to lower case), and its numbers are integers."""
+    # The seed's row; its tasks show maxRetryInterval 10, the cap of their backoff
+    # in Conveyor's terms: a cap of 10 s too.
+    api.patch(
+        "/v1/tasks/Lark/settings",
+        json={
+            "batch_size": 100,
+            "poll_interval_s": 10,
+            "max_processing_s": 30,
+            "max_attempts": 3,
+            "retry_interval_s": 10,
+            "retry_cap_s": 10,
+        },
+    )
+    [cfg] = ok(api.post("/api/task_schedule_cfg/list"))["scheduleCfgList"]
+    assert {k: cfg[k] for k in SEED_CFG_ROW} == SEED_CFG_ROW
+    assert all(type(cfg[k]) is type(v) for k, v in SEED_CFG_ROW.items()), cfg
+
+    task_id = ok(api.post("/api/task/createTask", json=SEED_CREATE))["taskId"]
+    assert isinstance(task_id, str)
+    like_the_seed(ok(api.get("/api/task/getTask", params={"taskId": task_id}))["taskData"], 1)
+    [waiting] = ok(api.get("/api/task/getTaskList", params=SEED_LIST_PARAMS))["taskList"]
+    assert waiting["taskId"] == task_id and waiting["crtRetryNum"] == 0
+    like_the_seed(waiting, 1)
+
+    [held] = ok(api.post("/api/task/hold_task", params=SEED_HOLD_PARAMS))["taskList"]
+    assert held["taskId"] == task_id
+    like_the_seed(held, 2)
+    assert ok(api.post("/api/task/hold_task", params=SEED_HOLD_PARAMS))["taskList"] == []
+
+    assert ok(api.post("/api/task/setTask", json={**SEED_SET, "taskId": task_id})) is None
+    like_the_seed(ok(api.get("/api/task/getTask", params={"taskId": task_id}))["taskData"], 2)
+    assert ok(api.get("/api/task/getUserTaskList", params=SEED_USER_PARAMS)) == {"taskList": []}
+
+
+def test_a_task_type_is_the_same_whatever_its_case(api, producer):
+    """As in flowsvr, whose tables and task ids fold a type to lower case: a type
+    names the same tasks in any case, those created before the type had settings
+    (of another case) too; a type with settings creates its jobs under its name."""
+    email = {"taskData": {"taskType": "Email", "userId": "u"}}
+    first = ok(api.post("/api/task/createTask", json=email))["taskId"]
+    assert producer.get_job(int(first)).task == "email"
+    api.patch("/v1/tasks/EMAIL/settings", json={"max_attempts": 5})
+    email["taskData"]["taskType"] = "email"
+    second = ok(api.post("/api/task/createTask", json=email))["taskId"]
+    job = producer.get_job(int(second))
+    assert (job.task, job.max_attempts) == ("EMAIL", 5)
+    listed = ok(api.get("/api/task/getTaskList", params={"taskType": "EMAIL", "status": 1}))
+    assert sorted(t["taskId"] for t in listed["taskList"]) == sorted([first, second])
+    assert {t["taskType"] for t in listed["taskList"]} == {"email"}
+    held = ok(api.post("/api/task/hold_task", params={"taskType": "eMaIl", "limit": 10}))
+    assert sorted(t["taskId"] for t in held["taskList"]) == sorted([first, second])
+
+
 def test_the_seed_flow(api, producer):
     # the seed's config row: 100 per hold, every 10 s, 30 s max, 3 retries, 10 s interval
     api.patch(
@@ -66,10 +189,10 @@ def test_the_seed_flow(api, producer):
     } == {
         "task_type": "Lark",
         "schedule_limit": 100,
-        "schedule_interval": 10.0,
-        "max_processing_time": 30.0,
+        "schedule_interval": 10,
+        "max_processing_time": 30,
         "max_retry_num": 3,
-        "retry_interval": 10.0,
+        "retry_interval": 10,
     }
     assert {"create_time", "modify_time"} <= set(cfg)
 
@@ -80,7 +203,7 @@ def test_the_seed_flow(api, producer):
     assert (task["userId"], task["taskId"], task["taskType"], task["taskStage"]) == (
         "noob",
         task_id,
-        "Lark",
+        "lark",
         "sendmsg",
     )
     assert (task["status"], task["crtRetryNum"], task["maxRetryNum"]) == (1, 0, 3)

@@ -5,11 +5,16 @@ malformed bodies. And the server mounted inside a user's own FastAPI app."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import warnings
+from urllib.parse import quote
 
 import httpx
 
+from conveyor import Conveyor
+from conveyor.server import create_app
 from tests.ports import free_port
 
 from .conftest import ROOT, wait_for
@@ -70,6 +75,77 @@ def test_hostile_inputs_get_4xx(api, server):
     assert "Traceback" not in server.log.read_text()
 
 
+def test_bad_query_parameters_get_422_naming_them_on_the_api_and_the_dashboard(api, server):
+    huge = "99999999999999999999999"
+    cases = [
+        ("/v1/jobs?search=a%00b", "search"),
+        ("/v1/jobs?queue=a%00b", "queue"),
+        ("/v1/jobs?created_after=0001-01-01", "created_after"),
+        ("/v1/jobs?created_before=0001-01-01T00:00:00", "created_before"),
+        ("/v1/jobs?finished_after=9999-12-31T23:59:59", "finished_after"),
+        ("/v1/jobs?batch_id=" + huge, "batch_id"),
+        ("/v1/actions/a%00", "action_id"),
+        ("/jobs?search=a%00b", "search"),
+        ("/jobs?queue=a%00b", "queue"),
+        ("/jobs?task=%00", "task"),
+        ("/jobs?tenant=%00", "tenant"),
+        ("/jobs?stage=%00", "stage"),
+        ("/jobs?state=nope", "state"),
+        ("/jobs?before=" + huge, "before"),
+        ("/jobs?before=0", "before"),
+        ("/jobs?batch_id=" + huge, "batch_id"),
+        ("/jobs?created_after=0001-01-01", "created_after"),
+        ("/jobs?created_before=9999-12-31T23:59:59", "created_before"),
+    ]
+    for path, name in cases:
+        r = api.get(path)
+        assert r.status_code == 422, (path, r.status_code, r.text[:300])
+        assert name in r.text, (path, r.text[:300])
+    r = api.post("/v1/jobs/bulk-cancel", json={"search": "a\u0000b", "dry_run": True})
+    assert r.status_code == 422 and "search" in r.text, r.text
+    assert api.get("/jobs?state=failed&before=5&created_after=2024-01-01").status_code == 200
+    assert "Traceback" not in server.log.read_text()
+
+
+def test_every_parameter_of_every_route_refuses_what_no_database_holds(api, server):
+    """From the OpenAPI document: each query and path parameter in turn gets NUL in a
+    string, an integer past 2^63-1, a time no database holds (or without offset)."""
+    hostile = {
+        "string": ["a\x00b", "\x00"],
+        "integer": ["99999999999999999999999", "-99999999999999999999999"],
+        "date-time": ["0001-01-01", "0001-01-01T00:00:00", "9999-12-31T23:59:59"],
+    }
+    tried = 0
+    for path, methods in api.get("/openapi.json").json()["paths"].items():
+        for method, op in methods.items():
+            if path.endswith("/events"):
+                continue  # a stream that opens never ends; its filters are the list's
+            for param in op.get("parameters", []):
+                if param["in"] not in ("query", "path"):
+                    continue
+                schema = param["schema"]
+                kinds = [schema, *schema.get("anyOf", [])]
+                kind = next(
+                    (k.get("format") or k.get("type") for k in kinds if k.get("format")),
+                    next((k.get("type") for k in kinds if k.get("type") in hostile), None),
+                )
+                if kind == "array":
+                    kind = schema.get("items", {}).get("type")
+                for value in hostile.get(kind or "", []):
+                    url = re.sub(r"\{[^}]+\}", "1", path)
+                    if param["in"] == "path":
+                        url = path.replace("{" + param["name"] + "}", quote(value, safe=""))
+                        url = re.sub(r"\{[^}]+\}", "1", url)
+                    query = {param["name"]: value} if param["in"] == "query" else {}
+                    r = api.request(
+                        method.upper(), url, params=query, json={} if method != "get" else None
+                    )
+                    assert r.status_code < 500, (method, path, param["name"], value, r.text[:300])
+                    tried += 1
+    assert tried > 100, tried
+    assert "Traceback" not in server.log.read_text()
+
+
 def test_oversize_bodies_get_413(start_server):
     server = start_server("--max-body-bytes", "2048")
     with server.client() as api:
@@ -113,6 +189,46 @@ def test_mounted_inside_a_users_fastapi_app(db_url, tmp_path):
         err = httpx.get(base + "/queue/api/task/getTask", params={"taskId": "x"}).json()
         assert err["code"] == 422  # the asyncflow envelope, under the mount too
         assert httpx.get(base + "/queue/openapi.json").status_code == 200
+        # the perimeter holds under the mount, and only there
+        rebound = {"Host": "attacker.example"}
+        assert httpx.get(base + "/queue/v1/jobs", headers=rebound).status_code == 400
+        assert httpx.get(base + "/queue/healthz", headers=rebound).status_code == 200
+        assert httpx.get(base + "/shop/ping", headers=rebound).status_code == 200
+        foreign = {"Origin": "http://attacker.example"}
+        assert (
+            httpx.post(base + "/queue/v1/jobs", json={"task": "t"}, headers=foreign).status_code
+            == 403
+        )
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_under_starlettes_testclient(tmp_path):
+    # TestClient's client is "testclient" at Host "testserver": neither is loopback,
+    # so an open server refuses it, and says why and what to do
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # newer Starlette warns that it prefers httpx2
+        from starlette.testclient import TestClient
+    app = Conveyor(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        with TestClient(create_app(app, allowed_hosts=["testserver"])) as client:
+            r = client.get("/v1/jobs")
+            assert r.status_code == 401
+            assert (
+                "TestClient" in r.json()["detail"] and "tokens_required=False" in r.json()["detail"]
+            )
+        with TestClient(create_app(app)) as client:
+            assert client.get("/v1/jobs").status_code == 400  # the Host
+        # the way the docstring gives
+        for_tests = create_app(app, tokens_required=False, allowed_hosts=["testserver"])
+        with TestClient(for_tests) as client:
+            assert client.post("/v1/jobs", json={"task": "t"}).status_code == 201
+        assert "TestClient" in (create_app.__doc__ or "")
+        # or with a token
+        _, token = app.create_token("producer")
+        with TestClient(create_app(app, allowed_hosts=["testserver"])) as client:
+            headers = {"Authorization": f"Bearer {token}"}
+            assert client.post("/v1/jobs", json={"task": "t"}, headers=headers).status_code == 201
+    finally:
+        app.close()

@@ -242,3 +242,67 @@ def test_sensitive_arguments_are_hidden_in_every_answer(api, producer):
     assert api.get(f"/v1/jobs/{job_id}").json()["args"] == ["bob", "***"]
     assert api.get(f"/v1/jobs/{by_kw}").json()["kwargs"] == {"user": "amy", "password": "***"}
     assert producer.get_job(job_id).args == ["bob", "hunter2"]  # stored as sent, for the handler
+
+
+def test_a_read_token_cannot_find_a_secret_by_searching(start_server, producer):
+    tokens = {s: producer.create_token(s)[1] for s in ("read", "producer", "worker")}
+    server = start_server("--app", "tests.server.srvapp:app")
+    with server.client(tokens["producer"]) as prod:
+        by_position = prod.post("/v1/jobs", json={"task": "sign_up", "args": ["bob", "hunter2"]})
+        by_name = prod.post(
+            "/v1/jobs",
+            json={"task": "sign_up", "kwargs": {"user": "amy", "password": "hunter2"}},
+        )
+        assert by_position.status_code == by_name.status_code == 201
+        dry = prod.post("/v1/jobs/bulk-cancel", json={"search": "hunter2", "dry_run": True})
+        assert dry.json()["matched"] == 0, dry.text
+    signed_in = server.client(cookies={"conveyor_token": tokens["read"]})  # the dashboard's
+    with server.client(tokens["read"]) as read, signed_in as browser:
+        for guess in ("hunter2", "hunt", "2", '"h'):  # a guess, or its first characters
+            found = read.get("/v1/jobs", params={"search": guess}).json()["jobs"]
+            assert found == [], (guess, found)
+            page = browser.get("/jobs", params={"search": guess})
+            assert page.status_code == 200 and "/jobs/" not in page.text.split("<tbody", 1)[-1]
+        assert [j["id"] for j in read.get("/v1/jobs", params={"search": "bob"}).json()["jobs"]] == [
+            by_position.json()["id"]
+        ]
+        assert [j["args"] for j in read.get("/v1/jobs", params={"search": "amy"}).json()["jobs"]]
+    # the worker that runs it gets it as sent
+    with server.client(tokens["worker"]) as worker:
+        leased = worker.post("/v1/leases", json={"worker": "w", "queues": ["accounts"], "limit": 2})
+        assert sorted(
+            str(j["args"] + list(j["kwargs"].values())) for j in leased.json()["jobs"]
+        ) == [
+            "['amy', 'hunter2']",
+            "['bob', 'hunter2']",
+        ]
+
+
+def test_a_server_without_the_app_hides_what_the_app_declared(start_server, db_url):
+    from conveyor import Conveyor
+
+    server = start_server()  # no --app: it knows no task; it reads the declarations
+    app = Conveyor(db_url)
+
+    @app.task(sensitive=("password",))
+    def sign_in(user: str, password: str) -> None: ...
+
+    try:
+        positional = sign_in.send("amy", "pa55").id  # the app opens the database here
+        keyword = sign_in.send(user="bob", password="pa55").id
+    finally:
+        app.close()
+    with server.client() as api:
+        answers = {
+            "one": api.get(f"/v1/jobs/{positional}"),
+            "other": api.get(f"/v1/jobs/{keyword}"),
+            "list": api.get("/v1/jobs", params={"task": "sign_in"}),
+            "search": api.get("/v1/jobs", params={"search": "pa55"}),
+            "page": api.get(f"/jobs/{positional}"),
+            "pages": api.get("/jobs", params={"task": "sign_in"}),
+        }
+        for what, r in answers.items():
+            assert r.status_code == 200 and "pa55" not in r.text, (what, r.text[:500])
+        assert answers["one"].json()["args"] == ["amy", "***"]
+        assert answers["other"].json()["kwargs"] == {"user": "bob", "password": "***"}
+        assert answers["search"].json()["jobs"] == []

@@ -208,3 +208,31 @@ def test_a_leased_job_carries_the_trace_context_it_was_sent_in(api, db_url):
     version, tid, _parent, _flags = leased[job.id]["traceparent"].split("-")
     assert (version, tid) == ("00", trace_id)  # the remote worker's span continues it
     assert leased[untraced.id]["traceparent"] is None
+
+
+def test_an_outcome_needs_the_token_and_the_worker_it_was_given_to(api, producer):
+    job = producer.enqueue("held_by_a")
+    [leased] = api.post("/v1/leases", json={"worker": "a", "tasks": ["held_by_a"]}).json()["jobs"]
+    stolen = {"worker": "b", "token": leased["token"]}
+    for path, extra in [
+        ("complete", {"result": 1}),
+        ("fail", {"error": "x", "permanent": True}),
+        ("next-stage", {"stage": "two"}),
+        ("snooze", {"delay_s": 0}),
+        ("release", {}),
+        ("heartbeat", {}),
+    ]:
+        r = api.post(f"/v1/leases/{job.id}/{path}", json={**stolen, **extra})
+        assert r.status_code == 409, (path, r.text)
+        if path != "heartbeat":  # (its sentence says the lease is not held: by b, it is not)
+            assert "held by worker 'a', not 'b'" in r.json()["detail"], (path, r.text)
+    outcome = {"job_id": job.id, "token": leased["token"], "kind": "complete"}
+    [result] = api.post("/v1/leases/outcomes", json={"worker": "b", "outcomes": [outcome]}).json()[
+        "results"
+    ]
+    assert (result["accepted"], result["reason"]) == (False, "wrong_worker")
+    now = producer.get_job(job.id)
+    assert (now.state, now.attempts, now.lease_owner) == ("running", 1, "a")
+    assert producer.job_attempts(job.id) == []
+    done = api.post(f"/v1/leases/{job.id}/complete", json={**stolen, "worker": "a", "result": 2})
+    assert done.status_code == 200 and producer.get_job(job.id).result == 2

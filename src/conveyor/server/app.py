@@ -1,9 +1,11 @@
 """``create_app``: the FastAPI app, its routers (one module per resource), the
 error mapping and the body size limit.
 
-Routers are built per app from a registry of factories, ``ROUTERS`` (prefix,
-factory taking the ``ServerContext``); later features (events, metrics, the
-dashboard) add theirs there or pass ``routers=`` to ``create_app``.
+Each route module has one module-level ``router`` whose handlers take the
+server's ``ServerContext`` (or the façade alone) as a dependency (see
+``dependencies``); ``ROUTERS`` lists them with their prefixes, and every app
+includes them all. ``routers=`` adds routers built for one app, from factories
+taking its ``ServerContext``.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 
 from .. import __version__
-from . import dashboard, errors, limits
+from ..errors import ConfigError
+from . import dashboard, errors, limits, openapi, outage, perimeter
 from .context import DEFAULT_MAX_BODY, ServerContext, is_loopback
 from .routes import (
     asyncflow,
@@ -41,8 +44,8 @@ log = logging.getLogger("conveyor.server")
 
 RouterFactory = Callable[[ServerContext], APIRouter]
 
-#: (prefix, factory): the routers every server gets, in order
-ROUTERS: list[tuple[str, RouterFactory]] = [
+#: (prefix, router): the routers every server gets, in order
+ROUTERS: list[tuple[str, APIRouter]] = [
     ("", health.router),
     ("/v1", jobs.router),
     ("/v1", batches.router),
@@ -62,6 +65,8 @@ def create_app(
     conveyor_app: Conveyor,
     *,
     tokens_required: bool | None = None,
+    reopen: bool = False,
+    allowed_hosts: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY,
     run_services: bool = False,
     routers: Sequence[tuple[str, RouterFactory]] = (),
@@ -79,16 +84,61 @@ def create_app(
     the longest a lease request long-polls; ``worker_ttl_s``: remote workers silent
     this long are dead; ``asyncflow_deadline_s``: asyncflow's hold_task deadline
     when the task type sets no ``max_processing_s``.
+
+    Who may call it: until a first API token is created the server is open, to
+    loopback clients only; from then on every request needs a token, even after
+    the last one is revoked. ``reopen=True`` opens it again (to loopback) while no
+    token is active; ``tokens_required=True`` always asks for one; ``False`` never
+    does (an authenticating proxy in front, or a test). ``allowed_hosts``: the Host
+    names it answers to besides the loopback ones (``name``, ``.name`` for it and
+    its subdomains, ``*`` for any); browsers' cross-site writes are refused (see
+    ``perimeter``). Mounted in your own app, pass the names your app is served under.
+
+    Under Starlette's ``TestClient`` the client is ``testclient`` at Host
+    ``testserver``, neither of them loopback, so an open server answers 400 (the
+    Host) or 401 (the client). For a test, either send a token (create one with
+    ``conveyor_app.create_token(...)``) with ``allowed_hosts=["testserver"]``, or::
+
+        TestClient(create_app(app, tokens_required=False, allowed_hosts=["testserver"]))
     """
     ctx = ServerContext(
         conveyor_app,
         tokens_required=tokens_required,
+        reopen=reopen,
+        allowed_hosts=_allowed_hosts(allowed_hosts),
         max_body_bytes=max_body_bytes,
         max_wait_s=max_wait_s,
         worker_ttl_s=worker_ttl_s,
         asyncflow_deadline_s=asyncflow_deadline_s,
     )
 
+    app = FastAPI(
+        title="Conveyor",
+        version=__version__,
+        summary="A durable task queue whose only infrastructure is a database.",
+        lifespan=_lifespan(ctx, run_services),
+    )
+    app.state.conveyor = ctx  # where the routes' dependencies find it
+    for prefix, router in ROUTERS:
+        app.include_router(router, prefix=prefix)
+    for prefix, factory in routers:
+        app.include_router(factory(ctx), prefix=prefix)
+    errors.install(app)
+    openapi.install(app)
+    app.add_middleware(limits.BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(outage.BoundedWaits, conveyor=conveyor_app)
+    # the outermost layer: an unknown Host or a cross-site write is refused before anything
+    app.add_middleware(
+        perimeter.Perimeter,
+        allowed_hosts=ctx.allowed_hosts,
+        docs_paths=(app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url),
+    )
+    return app
+
+
+def _lifespan(
+    ctx: ServerContext, run_services: bool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         services = _start_services(ctx) if run_services else None
@@ -98,18 +148,16 @@ def create_app(
             if services is not None:
                 services.stop()
 
-    app = FastAPI(
-        title="Conveyor",
-        version=__version__,
-        summary="A durable task queue whose only infrastructure is a database.",
-        lifespan=lifespan,
-    )
-    app.state.conveyor = ctx
-    for prefix, factory in [*ROUTERS, *routers]:
-        app.include_router(factory(ctx), prefix=prefix)
-    errors.install(app)
-    app.add_middleware(limits.BodyLimit, max_bytes=max_body_bytes)
-    return app
+    return lifespan
+
+
+def _allowed_hosts(entries: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(entries, str):
+        entries = [entries]  # a lone name, not its letters
+    try:
+        return tuple(perimeter.allowed_host(e) for e in entries)
+    except ValueError as exc:
+        raise ConfigError(f"allowed_hosts: {exc}") from None
 
 
 def _start_services(ctx: ServerContext) -> Services:

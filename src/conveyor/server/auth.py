@@ -1,10 +1,12 @@
 """Bearer tokens and scopes. ``401`` without a valid token, ``403`` with one whose
-scope does not allow the route. With no token in the database (and
-``tokens_required`` not set) the server is open, to loopback clients only."""
+scope does not allow the route. Until a first token is created (and with
+``tokens_required`` not set) the server is open, to loopback clients only; once one
+was, it stays closed, even with every token revoked (see ``ServerContext.closed``)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from fastapi import Depends, HTTPException, Request, Security
@@ -12,11 +14,20 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..records import ApiToken, TokenScope
 from .context import ServerContext, is_loopback
+from .dependencies import Ctx
+
+#: what each scope allows, said the same way in errors and the OpenAPI document
+_SCOPES = (
+    "read: GET only; producer: read, plus send, cancel and retry jobs and batches; "
+    "worker: read, plus lease jobs and report their outcomes, but not send, cancel or "
+    "retry them (producer and worker are separate: neither includes the other); "
+    "admin: everything"
+)
 
 bearer = HTTPBearer(
     auto_error=False,
     description="An API token (`conveyor tokens create --scope ...`): "
-    "`Authorization: Bearer cvy_<id>_<secret>`.",
+    f"`Authorization: Bearer cvy_<id>_<secret>`. Scopes: {_SCOPES}.",
 )
 
 READ = TokenScope.READ
@@ -46,18 +57,10 @@ async def authorize(
     if ctx.tokens_required is False:
         return None
     app = ctx.conveyor
-    required = bool(ctx.tokens_required)
-    if not required:
-        required = await asyncio.to_thread(app.tokens_configured)
-    if not required:
+    if not await asyncio.to_thread(ctx.closed):
         host = request.client.host if request.client else None
         if not is_loopback(host):
-            raise _refuse(
-                401,
-                "this server has no API tokens yet, so it serves loopback clients only; "
-                "create one with `conveyor tokens create --scope ...` and send it as "
-                "`Authorization: Bearer <token>`",
-            )
+            raise _refuse(401, _loopback_only(host))
         return None
     if raw is None:
         raise _refuse(401, "an API token is required: `Authorization: Bearer <token>`")
@@ -66,18 +69,37 @@ async def authorize(
         raise _refuse(401, "the API token is not valid (unknown, revoked or mistyped)")
     if not token.scope.allows(scope):
         raise _refuse(
-            403, f"a {token.scope} token cannot do this: it needs the {scope} scope (or admin)"
+            403,
+            f"a {token.scope} token cannot do this: it needs a {scope} or admin token ({_SCOPES})",
         )
     return token
 
 
-def requires(ctx: ServerContext, scope: TokenScope) -> Any:
-    """A dependency: the caller's token must allow ``scope`` (read < producer,
-    worker < admin). Returns the token, or ``None`` on an open server. A browser
-    signed in to the dashboard sends its token as a cookie instead of the header."""
+def _loopback_only(host: str | None) -> str:
+    text = (
+        "this server has no active API token, so it serves loopback clients only "
+        f"(this client is {host!r}); create one with `conveyor tokens create --scope ...` "
+        "and send it as `Authorization: Bearer <token>`"
+    )
+    if host == "testclient":
+        text += (
+            ". Starlette's TestClient calls itself 'testclient', which is not a loopback "
+            "address: send a token, or build the app with create_app(..., "
+            "tokens_required=False) for a test"
+        )
+    return text
+
+
+@functools.cache
+def requires(scope: TokenScope) -> Any:
+    """A dependency: the caller's token must allow ``scope``: a read token only
+    ``read``; a producer or worker token ``read`` and its own scope (neither includes
+    the other); admin everything. Returns the token, or ``None`` on an open server. A
+    browser signed in to the dashboard sends its token as a cookie instead of the header."""
 
     async def check(
         request: Request,
+        ctx: Ctx,
         credentials: HTTPAuthorizationCredentials | None = Security(bearer),
     ) -> ApiToken | None:
         raw = credentials.credentials if credentials is not None else None

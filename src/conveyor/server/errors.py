@@ -30,6 +30,7 @@ from ..errors import (
     SerializationError,
     UnknownTask,
 )
+from . import outage
 
 log = logging.getLogger("conveyor.server")
 
@@ -108,7 +109,11 @@ async def conveyor_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ConveyorError)
     status = status_of(exc)
     if status == 503:
+        # The message names the database's host, port, user (and a SchemaError's
+        # its URL): for the operator's log, not for whoever sent the request.
         log.warning("%s %s: %s", request.method, _route_path(request), exc)
+        public = outage.SCHEMA_MISMATCH if isinstance(exc, SchemaError) else outage.UNAVAILABLE
+        return _answer(request, 503, public, {"Retry-After": str(outage.RETRY_AFTER_S)})
     return _answer(request, status, storable_text(str(exc) or type(exc).__name__, 2000))
 
 

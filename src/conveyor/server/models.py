@@ -32,6 +32,8 @@ def clean_text(value: str) -> str:
 
 
 def _near(value: datetime) -> datetime:
+    if value.tzinfo is None:  # a time without offset is UTC (records are in UTC)
+        value = value.replace(tzinfo=UTC)
     now = datetime.now(UTC)
     if not now - timedelta(seconds=MAX_SECONDS) <= value <= now + timedelta(seconds=MAX_SECONDS):
         raise ValueError("must be within ten years of now")
@@ -47,6 +49,8 @@ Attempts = Annotated[int, Field(ge=1, le=MAX_INT32)]
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Timeout = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Moment = Annotated[datetime, AfterValidator(_near)]
+#: a substring of the arguments' JSON text to look for
+Search = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)]
 
 
 class Strict(BaseModel):
@@ -114,10 +118,9 @@ class FilterFields(Strict):
     created_before: Moment | None = None
     finished_after: Moment | None = None
     finished_before: Moment | None = None
-    search: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    search: Search | None = None
 
     def to_filter(self) -> JobFilter:
-        search = None if self.search is None else clean_text(self.search)
         return JobFilter(
             ids=None if self.ids is None else tuple(self.ids),
             tasks=None if self.task is None else tuple(self.task),
@@ -130,7 +133,7 @@ class FilterFields(Strict):
             created_before=self.created_before,
             finished_after=self.finished_after,
             finished_before=self.finished_before,
-            search=search,
+            search=self.search,
         )
 
 

@@ -30,12 +30,16 @@ from urllib.parse import parse_qs, quote, urlencode
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from pydantic import TypeAdapter, ValidationError
 
 from ... import serialize
+from ...encoding import storable_text
 from ...errors import JobNotFound
 from ...records import ApiToken, JobFilter, JobState, TokenScope
 from ..auth import COOKIE, authorize
 from ..context import ServerContext
+from ..dependencies import Ctx, Facade
+from ..models import FilterFields, JobId
 
 log = logging.getLogger("conveyor.dashboard")
 
@@ -184,300 +188,337 @@ def _polyline(points: list[tuple[float, float]], w: int = 240, h: int = 40) -> s
     )
 
 
-def router(ctx: ServerContext) -> APIRouter:
-    r = APIRouter(include_in_schema=False)
-    app = ctx.conveyor
-    history = History(ctx)
+router = APIRouter(include_in_schema=False)
 
-    async def viewer(request: Request) -> Viewer | Response:
-        try:
-            token = await authorize(ctx, request, request.cookies.get(COOKIE), TokenScope.READ)
-        except HTTPException as exc:
-            if exc.status_code == 401 and "loopback clients only" not in str(exc.detail):
-                target = quote(
-                    request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                )
-                return RedirectResponse(f"/login?next={target}", status_code=303)
-            return HTMLResponse(f"<h1>{exc.status_code}</h1><p>{exc.detail}</p>", exc.status_code)
-        return Viewer(token)
 
-    def render(name: str, request: Request, who: Viewer, **data: Any) -> HTMLResponse:
-        html = env.get_template(name).render(
-            request=request,
-            who=who,
-            can_produce=who.can(TokenScope.PRODUCER),
-            can_admin=who.can(TokenScope.ADMIN),
-            open_server=who.token is None,
-            **data,
-        )
-        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+async def viewer(ctx: ServerContext, request: Request) -> Viewer | Response:
+    """Who is looking; or, for someone not signed in, the page that says so."""
+    try:
+        token = await authorize(ctx, request, request.cookies.get(COOKIE), TokenScope.READ)
+    except HTTPException as exc:
+        if exc.status_code == 401 and "loopback clients only" not in str(exc.detail):
+            target = quote(_here(request) + (f"?{request.url.query}" if request.url.query else ""))
+            return RedirectResponse(f"{_root(request)}/login?next={target}", status_code=303)
+        return HTMLResponse(f"<h1>{exc.status_code}</h1><p>{exc.detail}</p>", exc.status_code)
+    return Viewer(token)
 
-    @r.get("/static/{name}")
-    def static(name: str) -> Response:
-        if name not in STATIC:
-            raise HTTPException(404, f"no dashboard asset {name!r}")
-        body = resources.files(__package__ or __name__).joinpath("static", name).read_bytes()
-        return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
-    @r.get("/favicon.ico")
-    def favicon() -> Response:
-        return Response(status_code=204)
+def render(name: str, request: Request, who: Viewer, **data: Any) -> HTMLResponse:
+    html = env.get_template(name).render(
+        request=request,
+        root=_root(request),
+        here=_here(request),
+        who=who,
+        can_produce=who.can(TokenScope.PRODUCER),
+        can_admin=who.can(TokenScope.ADMIN),
+        open_server=who.token is None,
+        **data,
+    )
+    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
-    @r.get("/login", response_class=HTMLResponse)
-    def login_page(request: Request, next: str = "/", error: str | None = None) -> HTMLResponse:
-        html = env.get_template("login.html").render(
-            request=request, next=_local(next), error=error, who=None
-        )
-        return HTMLResponse(html)
 
-    @r.post("/login")
-    async def login(request: Request) -> Response:
-        # a urlencoded form, read by hand (FastAPI's Form needs python-multipart)
-        body = parse_qs((await request.body()).decode("utf-8", "replace"))
-        token = body.get("token", [""])[0]
-        next = body.get("next", ["/"])[0]
-        found = await asyncio.to_thread(app.authenticate, token.strip()) if token.strip() else None
-        if found is None:
-            query = urlencode({"next": _local(next), "error": "That token is not valid."})
-            return RedirectResponse(f"/login?{query}", status_code=303)
-        response = RedirectResponse(_local(next), status_code=303)
-        response.set_cookie(
-            COOKIE,
-            token.strip(),
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-            path="/",
-        )
-        return response
+@router.get("/static/{name}")
+def static(name: str) -> Response:
+    if name not in STATIC:
+        raise HTTPException(404, f"no dashboard asset {name!r}")
+    body = resources.files(__package__ or __name__).joinpath("static", name).read_bytes()
+    return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
-    @r.post("/logout")
-    def logout() -> Response:
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(COOKIE, path="/")
-        return response
 
-    @r.get("/", response_class=HTMLResponse)
-    async def overview(request: Request) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
-        if history._thread is None:
-            await asyncio.to_thread(history.sample)  # a first point at once
-            history.start()
+@router.get("/favicon.ico")
+def favicon() -> Response:
+    return Response(status_code=204)
 
-        def gather() -> dict[str, Any]:
-            now = datetime.now(UTC)
-            workers = [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
-            return {
-                "queues": [serialize.queue(q) for q in app.queues()],
-                "oldest": {q: _ago(t) for q, t in app.oldest_waiting().items()},
-                "unserved": [
-                    serialize.count(c) for c in app.unserved(worker_ttl_s=ctx.worker_ttl_s)
-                ],
-                "alive": sum(1 for w in workers if w["alive"]),
-                "silent": sum(1 for w in workers if not w["alive"]),
-                "recent": history.window(),
-                "open_batches": app.open_batches(),
-                "states": STATES,
-                "charts": history.series(),
-                "chart_points": len(history.points),
-            }
 
-        return render("overview.html", request, who, **await asyncio.to_thread(gather))
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, next: str = "/", error: str | None = None) -> HTMLResponse:
+    html = env.get_template("login.html").render(
+        request=request,
+        root=_root(request),
+        here=_here(request),
+        next=_local(next),
+        error=error,
+        who=None,
+    )
+    return HTMLResponse(html)
 
-    @r.get("/jobs", response_class=HTMLResponse)
-    async def jobs(
-        request: Request,
-        state: str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        batch_id: str | None = None,
-        tenant: str | None = None,
-        search: str | None = None,
-        stage: str | None = None,
-        created_after: str | None = None,
-        created_before: str | None = None,
-        before: str | None = None,
-    ) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
-        filters = {
-            k: v.strip()
-            for k, v in {
-                "state": state,
-                "queue": queue,
-                "task": task,
-                "batch_id": batch_id,
-                "tenant": tenant,
-                "search": search,
-                "stage": stage,
-                "created_after": created_after,
-                "created_before": created_before,
-            }.items()
-            if v and v.strip()
+
+@router.post("/login")
+async def login(request: Request, app: Facade) -> Response:
+    # a urlencoded form, read by hand (FastAPI's Form needs python-multipart)
+    body = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = body.get("token", [""])[0]
+    next = body.get("next", ["/"])[0]
+    found = await asyncio.to_thread(app.authenticate, token.strip()) if token.strip() else None
+    if found is None:
+        query = urlencode({"next": _local(next), "error": "That token is not valid."})
+        return RedirectResponse(f"{_root(request)}/login?{query}", status_code=303)
+    response = RedirectResponse(_root(request) + _local(next), status_code=303)
+    response.set_cookie(
+        COOKIE,
+        token.strip(),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request) -> Response:
+    response = RedirectResponse(f"{_root(request)}/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request, ctx: Ctx) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app, history = ctx.conveyor, ctx.part(History)
+    if history._thread is None:
+        await asyncio.to_thread(history.sample)  # a first point at once
+        history.start()
+
+    def gather() -> dict[str, Any]:
+        now = datetime.now(UTC)
+        workers = [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
+        return {
+            "queues": [serialize.queue(q) for q in app.queues()],
+            "oldest": {q: _ago(t) for q, t in app.oldest_waiting().items()},
+            "unserved": [serialize.count(c) for c in app.unserved(worker_ttl_s=ctx.worker_ttl_s)],
+            "alive": sum(1 for w in workers if w["alive"]),
+            "silent": sum(1 for w in workers if not w["alive"]),
+            "recent": history.window(),
+            "open_batches": app.open_batches(),
+            "states": STATES,
+            "charts": history.series(),
+            "chart_points": len(history.points),
         }
-        error = None
-        try:
-            f = JobFilter(
-                states=(JobState(filters["state"]),) if "state" in filters else None,
-                queues=(filters["queue"],) if "queue" in filters else None,
-                tasks=(filters["task"],) if "task" in filters else None,
-                batch_id=int(filters["batch_id"]) if "batch_id" in filters else None,
-                tenant=filters.get("tenant"),
-                search=filters.get("search"),
-                stage=filters.get("stage"),
-                created_after=_moment(filters.get("created_after")),
-                created_before=_moment(filters.get("created_before")),
-            )
-            before_id = int(before) if before else None
-        except ValueError as exc:
-            f, before_id, error = JobFilter(), None, f"bad filter: {exc}"
 
-        def gather() -> dict[str, Any]:
-            rows = app.list_jobs(f, limit=PAGE, before_id=before_id)
-            return {"jobs": [serialize.job(j) for j in rows], "more": len(rows) == PAGE}
+    return render("overview.html", request, who, **await asyncio.to_thread(gather))
 
+
+@router.get("/jobs", response_class=HTMLResponse)
+async def jobs(
+    request: Request,
+    ctx: Ctx,
+    state: str | None = None,
+    queue: str | None = None,
+    task: str | None = None,
+    batch_id: str | None = None,
+    tenant: str | None = None,
+    search: str | None = None,
+    stage: str | None = None,
+    created_after: str | None = None,
+    created_before: str | None = None,
+    before: str | None = None,
+) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+    filters = {
+        k: v.strip()
+        for k, v in {
+            "state": state,
+            "queue": queue,
+            "task": task,
+            "batch_id": batch_id,
+            "tenant": tenant,
+            "search": search,
+            "stage": stage,
+            "created_after": created_after,
+            "created_before": created_before,
+        }.items()
+        if v and v.strip()
+    }
+    error = None
+    try:
+        f, before_id = _page_filter(filters, before)
+    except ValidationError as exc:
+        f, before_id, error = JobFilter(), None, f"bad filter: {_fields_wrong(exc)}"
+
+    def gather() -> dict[str, Any]:
+        if error:  # nothing is read for a filter that is wrong
+            return {"jobs": [], "more": False}
+        rows = app.list_jobs(f, limit=PAGE, before_id=before_id)
+        return {"jobs": [serialize.job(j) for j in rows], "more": len(rows) == PAGE}
+
+    data = await asyncio.to_thread(gather)
+    next_before = data["jobs"][-1]["id"] if data["more"] and not error else None
+    page = render(
+        "jobs.html",
+        request,
+        who,
+        filters=filters,
+        states=STATES,
+        error=error,
+        next_url=f"/jobs?{urlencode({**filters, 'before': next_before})}" if next_before else None,
+        filter_json=json.dumps({} if error else _api_filter(filters)),
+        **data,
+    )
+    page.status_code = 422 if error else 200
+    return page
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def job(request: Request, job_id: int, ctx: Ctx) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+
+    def gather() -> dict[str, Any]:
+        record = app.get_job(job_id)
+        return {
+            "job": serialize.job(record),
+            "attempts": [serialize.attempt(a) for a in app.job_attempts(job_id)],
+            "why": app.why_waiting(job_id, worker_ttl_s=ctx.worker_ttl_s),
+        }
+
+    try:
         data = await asyncio.to_thread(gather)
-        next_before = data["jobs"][-1]["id"] if data["more"] and not error else None
-        return render(
-            "jobs.html",
-            request,
-            who,
-            filters=filters,
-            states=STATES,
-            error=error,
-            next_url=f"/jobs?{urlencode({**filters, 'before': next_before})}"
-            if next_before
-            else None,
-            filter_json=json.dumps({} if error else _api_filter(filters)),
-            **data,
-        )
+    except JobNotFound:
+        return HTMLResponse(f"<h1>404</h1><p>no job with id {job_id}</p>", 404)
+    return render("job.html", request, who, pretty=_pretty, **data)
 
-    @r.get("/jobs/{job_id}", response_class=HTMLResponse)
-    async def job(request: Request, job_id: int) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
 
-        def gather() -> dict[str, Any]:
-            record = app.get_job(job_id)
-            return {
-                "job": serialize.job(record),
-                "attempts": [serialize.attempt(a) for a in app.job_attempts(job_id)],
-                "why": app.why_waiting(job_id, worker_ttl_s=ctx.worker_ttl_s),
+@router.get("/batches", response_class=HTMLResponse)
+async def batches(request: Request, ctx: Ctx, state: str | None = None) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+
+    def gather() -> list[dict[str, Any]]:
+        rows = app.list_batches(state=state or None, limit=PAGE)
+        return [serialize.batch(b.record, b.progress()) for b in rows]
+
+    return render("batches.html", request, who, batches=await asyncio.to_thread(gather))
+
+
+@router.get("/batches/{batch_id}", response_class=HTMLResponse)
+async def batch(request: Request, batch_id: int, ctx: Ctx) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+
+    def gather() -> dict[str, Any]:
+        b = app.get_batch(batch_id)
+        failed = app.list_jobs(JobFilter(batch_id=batch_id, states=(JobState.FAILED,)), limit=20)
+        return {
+            "batch": serialize.batch(b.record, b.progress()),
+            "failures": [serialize.job(j) for j in failed],
+            "first": [serialize.job(j) for j in app.batch_finished_jobs(batch_id, limit=10)],
+        }
+
+    try:
+        data = await asyncio.to_thread(gather)
+    except JobNotFound:
+        return HTMLResponse(f"<h1>404</h1><p>no batch with id {batch_id}</p>", 404)
+    return render("batch.html", request, who, pretty=_pretty, **data)
+
+
+@router.get("/workers", response_class=HTMLResponse)
+async def workers(request: Request, ctx: Ctx) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+
+    def gather() -> list[dict[str, Any]]:
+        now = datetime.now(UTC)
+        return [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
+
+    return render("workers.html", request, who, workers=await asyncio.to_thread(gather))
+
+
+@router.get("/tasks", response_class=HTMLResponse)
+async def tasks(request: Request, ctx: Ctx) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+
+    def gather() -> dict[str, Any]:
+        settings = [serialize.task_settings(s) for s in app.task_settings()]
+        names = sorted({*app.tasks, *(s["task"] for s in settings)})
+        return {"settings": settings, "names": names}
+
+    return render("tasks.html", request, who, **await asyncio.to_thread(gather))
+
+
+@router.get("/actions", response_class=HTMLResponse)
+async def actions(request: Request, ctx: Ctx) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+
+    def gather() -> list[dict[str, Any]]:
+        return [serialize.action(a) for a in app.bulk_actions(limit=200)]
+
+    return render("actions.html", request, who, actions=await asyncio.to_thread(gather))
+
+
+@router.get("/trigger", response_class=HTMLResponse)
+async def trigger(request: Request, ctx: Ctx, again: int | None = Query(None)) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+
+    def gather() -> dict[str, Any]:
+        names = sorted({*app.tasks, *(s.task for s in app.task_settings())})
+        preset: dict[str, Any] = {}
+        if again is not None:
+            shown = serialize.job(app.get_job(again))  # sensitive values stay hidden
+            preset = {
+                "task": shown["task"],
+                "args": json.dumps(shown["args"]),
+                "kwargs": json.dumps(shown["kwargs"]),
+                "queue": shown["queue"],
+                "priority": shown["base_priority"] or shown["priority"],
             }
+        return {"names": names, "preset": preset}
 
-        try:
-            data = await asyncio.to_thread(gather)
-        except JobNotFound:
-            return HTMLResponse(f"<h1>404</h1><p>no job with id {job_id}</p>", 404)
-        return render("job.html", request, who, pretty=_pretty, **data)
-
-    @r.get("/batches", response_class=HTMLResponse)
-    async def batches(request: Request, state: str | None = None) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
-
-        def gather() -> list[dict[str, Any]]:
-            rows = app.list_batches(state=state or None, limit=PAGE)
-            return [serialize.batch(b.record, b.progress()) for b in rows]
-
-        return render("batches.html", request, who, batches=await asyncio.to_thread(gather))
-
-    @r.get("/batches/{batch_id}", response_class=HTMLResponse)
-    async def batch(request: Request, batch_id: int) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
-
-        def gather() -> dict[str, Any]:
-            b = app.get_batch(batch_id)
-            failed = app.list_jobs(
-                JobFilter(batch_id=batch_id, states=(JobState.FAILED,)), limit=20
-            )
-            return {
-                "batch": serialize.batch(b.record, b.progress()),
-                "failures": [serialize.job(j) for j in failed],
-                "first": [serialize.job(j) for j in app.batch_finished_jobs(batch_id, limit=10)],
-            }
-
-        try:
-            data = await asyncio.to_thread(gather)
-        except JobNotFound:
-            return HTMLResponse(f"<h1>404</h1><p>no batch with id {batch_id}</p>", 404)
-        return render("batch.html", request, who, pretty=_pretty, **data)
-
-    @r.get("/workers", response_class=HTMLResponse)
-    async def workers(request: Request) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
-
-        def gather() -> list[dict[str, Any]]:
-            now = datetime.now(UTC)
-            return [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
-
-        return render("workers.html", request, who, workers=await asyncio.to_thread(gather))
-
-    @r.get("/tasks", response_class=HTMLResponse)
-    async def tasks(request: Request) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
-
-        def gather() -> dict[str, Any]:
-            settings = [serialize.task_settings(s) for s in app.task_settings()]
-            names = sorted({*app.tasks, *(s["task"] for s in settings)})
-            return {"settings": settings, "names": names}
-
-        return render("tasks.html", request, who, **await asyncio.to_thread(gather))
-
-    @r.get("/actions", response_class=HTMLResponse)
-    async def actions(request: Request) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
-
-        def gather() -> list[dict[str, Any]]:
-            return [serialize.action(a) for a in app.bulk_actions(limit=200)]
-
-        return render("actions.html", request, who, actions=await asyncio.to_thread(gather))
-
-    @r.get("/trigger", response_class=HTMLResponse)
-    async def trigger(request: Request, again: int | None = Query(None)) -> Response:
-        who = await viewer(request)
-        if not isinstance(who, Viewer):
-            return who
-
-        def gather() -> dict[str, Any]:
-            names = sorted({*app.tasks, *(s.task for s in app.task_settings())})
-            preset: dict[str, Any] = {}
-            if again is not None:
-                shown = serialize.job(app.get_job(again))  # sensitive values stay hidden
-                preset = {
-                    "task": shown["task"],
-                    "args": json.dumps(shown["args"]),
-                    "kwargs": json.dumps(shown["kwargs"]),
-                    "queue": shown["queue"],
-                    "priority": shown["base_priority"] or shown["priority"],
-                }
-            return {"names": names, "preset": preset}
-
-        try:
-            data = await asyncio.to_thread(gather)
-        except JobNotFound:
-            return HTMLResponse(f"<h1>404</h1><p>no job with id {again}</p>", 404)
-        return render("trigger.html", request, who, **data)
-
-    return r
+    try:
+        data = await asyncio.to_thread(gather)
+    except JobNotFound:
+        return HTMLResponse(f"<h1>404</h1><p>no job with id {again}</p>", 404)
+    return render("trigger.html", request, who, **data)
 
 
 def _local(target: str) -> str:
     """Only paths on this server are redirect targets (no open redirect)."""
     return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+#: the jobs page's query parameters, checked as the API checks its own (every
+#: string free of NUL, ids and times within what the databases hold)
+_PAGE_BEFORE = TypeAdapter(JobId)
+
+
+def _page_filter(filters: dict[str, str], before: str | None) -> tuple[JobFilter, int | None]:
+    """The jobs page's filter and cursor; ``ValidationError`` names what is wrong."""
+    fields: dict[str, Any] = dict(filters)
+    for key in ("state", "queue", "task"):
+        if key in fields:
+            fields[key] = [fields[key]]
+    checked = FilterFields.model_validate(fields).to_filter()
+    return checked, None if not before else _PAGE_BEFORE.validate_python(before)
+
+
+def _fields_wrong(exc: ValidationError) -> str:
+    """Each wrong parameter by name, with why (``before`` is the page cursor)."""
+    return "; ".join(
+        f"{e['loc'][0] if e['loc'] else 'before'}: {storable_text(e['msg'], 200)}"
+        for e in exc.errors()
+    )
 
 
 def _moment(text: str | None) -> datetime | None:
@@ -508,3 +549,16 @@ def _api_filter(filters: dict[str, str]) -> dict[str, Any]:
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, default=str, ensure_ascii=False)
+
+
+def _root(request: Request) -> str:
+    """Where the dashboard is mounted: "" at the root of its server, "/queue" in
+    an application that mounted it there. Its links, forms, redirects and
+    scripts' requests all go under it."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _here(request: Request) -> str:
+    """The page's path within the dashboard (Starlette's path includes the mount)."""
+    root, path = _root(request), request.url.path
+    return (path[len(root) :] or "/") if root and path.startswith(root) else path

@@ -20,9 +20,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import StreamingResponse
 
+from ...app import Conveyor
 from ...records import ChangeCursor
 from ..auth import READ, requires
-from ..context import ServerContext
+from ..dependencies import Facade
 from ..models import JobId, Name
 
 #: the longest an idle stream stays silent (a comment line keeps proxies from closing it)
@@ -64,65 +65,67 @@ STREAM_DOC: dict[int | str, dict[str, Any]] = {
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def router(ctx: ServerContext) -> APIRouter:
-    app = ctx.conveyor
-    r = APIRouter(tags=["events"])
+router = APIRouter(tags=["events"])
 
-    def stream(after: str | None, **options: Any) -> StreamingResponse:
-        """Each read of the database goes out as one write (a burst of 500 events is
-        one chunk, not 500); the socket's flow control holds the next read until the
-        client has taken this one. A comment every 15 s keeps idle proxies open."""
 
-        async def body() -> AsyncIterator[str]:
-            quiet_since = time.monotonic()
-            async for page in app.stream_event_pages(after, **options):
-                if page:
-                    yield "".join(encode(e) for e in page)
-                    quiet_since = time.monotonic()
-                elif time.monotonic() - quiet_since >= KEEPALIVE_S:
-                    yield ": keep-alive\n\n"
-                    quiet_since = time.monotonic()
+def stream(app: Conveyor, after: str | None, **options: Any) -> StreamingResponse:
+    """Each read of the database goes out as one write (a burst of 500 events is
+    one chunk, not 500); the socket's flow control holds the next read until the
+    client has taken this one. A comment every 15 s keeps idle proxies open."""
 
-        return StreamingResponse(body(), media_type="text/event-stream", headers=HEADERS)
+    async def body() -> AsyncIterator[str]:
+        quiet_since = time.monotonic()
+        async for page in app.stream_event_pages(after, **options):
+            if page:
+                yield "".join(encode(e) for e in page)
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= KEEPALIVE_S:
+                yield ": keep-alive\n\n"
+                quiet_since = time.monotonic()
 
-    @r.get(
-        "/events",
-        response_class=StreamingResponse,
-        responses=STREAM_DOC,
-        dependencies=[requires(ctx, READ)],
-        summary="Job and batch changes as Server-Sent Events",
-        description="Events: job.created, job.started, job.succeeded, job.failed, "
-        "job.retried, job.cancelled, batch.opened, batch.progress, batch.closed. Each "
-        "job and batch is sent as its latest change left it.",
-    )
-    def events(
-        resume: Resume,
-        queue: Annotated[list[Name] | None, Query(description="only these queues")] = None,
-        task: Annotated[list[Name] | None, Query(description="only these tasks")] = None,
-        batch: Annotated[JobId | None, Query(description="only this batch's jobs")] = None,
-        job: Annotated[list[JobId] | None, Query(description="only these jobs")] = None,
-    ) -> StreamingResponse:
-        return stream(resume, queues=queue, tasks=task, batch_id=batch, ids=job)
+    return StreamingResponse(body(), media_type="text/event-stream", headers=HEADERS)
 
-    async def existing_batch(
-        batch_id: Annotated[JobId, Path(description="the batch's id")],
-    ) -> None:
-        await asyncio.to_thread(app.get_batch, batch_id)  # 404 before the stream starts
 
-    @r.get(
-        "/batches/{batch_id}/events",
-        response_class=StreamingResponse,
-        responses=STREAM_DOC,
-        dependencies=[requires(ctx, READ), Depends(existing_batch)],
-        summary="One batch's jobs, progress and first results, until it closes",
-        description="Starts with the batch's progress so far (unless resumed), then its "
-        "jobs' events (finished jobs carry their results) and a batch.progress after "
-        "each group of them, and ends with batch.closed.",
-    )
-    def batch_events(
-        batch_id: Annotated[JobId, Path(description="the batch's id")],
-        resume: Resume,
-    ) -> StreamingResponse:
-        return stream(resume, batch_id=batch_id, until_batch_closed=batch_id)
+@router.get(
+    "/events",
+    response_class=StreamingResponse,
+    responses=STREAM_DOC,
+    dependencies=[requires(READ)],
+    summary="Job and batch changes as Server-Sent Events",
+    description="Events: job.created, job.started, job.succeeded, job.failed, "
+    "job.retried, job.cancelled, batch.opened, batch.progress, batch.closed. Each "
+    "job and batch is sent as its latest change left it.",
+)
+def events(
+    resume: Resume,
+    app: Facade,
+    queue: Annotated[list[Name] | None, Query(description="only these queues")] = None,
+    task: Annotated[list[Name] | None, Query(description="only these tasks")] = None,
+    batch: Annotated[JobId | None, Query(description="only this batch's jobs")] = None,
+    job: Annotated[list[JobId] | None, Query(description="only these jobs")] = None,
+) -> StreamingResponse:
+    return stream(app, resume, queues=queue, tasks=task, batch_id=batch, ids=job)
 
-    return r
+
+async def existing_batch(
+    batch_id: Annotated[JobId, Path(description="the batch's id")], app: Facade
+) -> None:
+    await asyncio.to_thread(app.get_batch, batch_id)  # 404 before the stream starts
+
+
+@router.get(
+    "/batches/{batch_id}/events",
+    response_class=StreamingResponse,
+    responses=STREAM_DOC,
+    dependencies=[requires(READ), Depends(existing_batch)],
+    summary="One batch's jobs, progress and first results, until it closes",
+    description="Starts with the batch's progress so far (unless resumed), then its "
+    "jobs' events (finished jobs carry their results) and a batch.progress after "
+    "each group of them, and ends with batch.closed.",
+)
+def batch_events(
+    batch_id: Annotated[JobId, Path(description="the batch's id")],
+    resume: Resume,
+    app: Facade,
+) -> StreamingResponse:
+    return stream(app, resume, batch_id=batch_id, until_batch_closed=batch_id)

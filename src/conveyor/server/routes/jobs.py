@@ -4,16 +4,21 @@ delete; and the same actions in bulk over a filter (with ``dry_run``)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response
 from fastapi.responses import JSONResponse
 
 from ... import serialize
+from ...app import Conveyor
+from ...encoding import with_headers
 from ...errors import ConfigError, Conflict
+from ...job import Job
 from ...records import ApiToken, JobState
 from ..auth import ADMIN, PRODUCER, READ, requires
-from ..context import ServerContext
+from ..dependencies import Facade
 from ..models import (
     BulkAction,
     FilterFields,
@@ -23,6 +28,7 @@ from ..models import (
     Key,
     Moment,
     Name,
+    Search,
     cursor_id,
     encode_cursor,
 )
@@ -31,198 +37,246 @@ IdempotencyKey = Annotated[
     Key | None,
     Header(
         alias="Idempotency-Key",
-        description="a retried create with the same key returns the first job (200, not 201)",
+        description="a retried create with the same key returns the first job (200, not 201); "
+        "a different request under a key already used is refused (422)",
     ),
 ]
 JobPath = Annotated[JobId, Path(description="the job's id")]
 
 
-def router(ctx: ServerContext) -> APIRouter:
-    app = ctx.conveyor
-    r = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"])
 
-    @r.post(
-        "/jobs",
-        status_code=201,
-        summary="Create a job",
-        dependencies=[requires(ctx, PRODUCER)],
-        responses={200: {"description": "the Idempotency-Key named an existing job"}},
-    )
-    def create_job(body: JobCreate, response: Response, key: IdempotencyKey = None) -> Any:
-        """A job of any task, registered in this process or not (remote workers run
-        those). Send options as fields; ``Idempotency-Key`` (or ``idempotency_key``)
-        makes a retried request return the same job with 200."""
-        options = body.send_options()
-        if key is not None:
-            if options.get("idempotency_key") not in (None, key):
-                raise ConfigError(
-                    "idempotency_key: differs from the Idempotency-Key header; send one"
-                )
-            options["idempotency_key"] = key
-        job = app.enqueue(body.task, body.args, body.kwargs, **options)
-        response.status_code = 201 if job.created else 200
-        return serialize.job(job)
 
-    @r.post(
-        "/jobs/bulk",
-        status_code=201,
-        summary="Create many jobs in one transaction",
-        dependencies=[requires(ctx, PRODUCER)],
-    )
-    def create_jobs(body: JobsCreate, response: Response) -> Any:
-        """All or none: one transaction. Jobs whose key named an existing job come
-        back as that job with ``created: false``."""
-        inserts, payloads = [], []
-        for spec in body.jobs:
-            inserts.append(
-                app.task_for(spec.task).build(spec.args, spec.kwargs, **spec.send_options())
-            )
-            payloads.append((spec.args, spec.kwargs))
-        jobs = app.insert_jobs(inserts, payloads=payloads)
-        created = sum(j.created for j in jobs)
-        response.status_code = 201 if created else 200
-        return {
-            "created": created,
-            "jobs": [{**serialize.job(j), "created": j.created} for j in jobs],
-        }
+@router.post(
+    "/jobs",
+    status_code=201,
+    summary="Create a job",
+    dependencies=[requires(PRODUCER)],
+    responses={200: {"description": "the Idempotency-Key named an existing job"}},
+)
+def create_job(body: JobCreate, response: Response, app: Facade, key: IdempotencyKey = None) -> Any:
+    """A job of any task, registered in this process or not (remote workers run
+    those). Send options as fields; ``Idempotency-Key`` (or ``idempotency_key``)
+    makes a retried request return the same job with 200, and a different
+    request under a key already used a 422 (the key names one request: its
+    fingerprint is kept with the job). The answer is the job as
+    ``GET /v1/jobs/{id}`` shows it (without its attempt log)."""
+    options = body.send_options()
+    if key is not None:
+        if options.get("idempotency_key") not in (None, key):
+            raise ConfigError("idempotency_key: differs from the Idempotency-Key header; send one")
+        options["idempotency_key"] = key
+    task = app.task_for(body.task)
+    insert = task.build(body.args, body.kwargs, **options)
+    fingerprint = None
+    if insert.idempotency_key is not None:
+        fingerprint = request_fingerprint(body)
+        headers = {serialize.FINGERPRINT_HEADER: fingerprint}
+        insert = insert._replace(args_json=with_headers(insert.args_json, headers))
+    [job] = app.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
+    if job.created:
+        job = app.get_job(job.id)  # the stored times, not the ones this process guessed
+    elif fingerprint is not None:
+        check_same_request(job, body, fingerprint, "header" if key else "field")
+    response.status_code = 201 if job.created else 200
+    return serialize.job(job)
 
-    @r.get("/jobs", summary="List jobs", dependencies=[requires(ctx, READ)])
-    def list_jobs(
-        task: Annotated[list[Name] | None, Query(max_length=100)] = None,
-        queue: Annotated[list[Name] | None, Query(max_length=100)] = None,
-        state: Annotated[list[JobState] | None, Query()] = None,
-        stage: Name | None = None,
-        tenant: Key | None = None,
-        batch_id: JobId | None = None,
-        created_after: Moment | None = None,
-        created_before: Moment | None = None,
-        finished_after: Moment | None = None,
-        finished_before: Moment | None = None,
-        search: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-        cursor: Annotated[str | None, Query(max_length=200)] = None,
-    ) -> Any:
-        """Newest first. ``next_cursor`` (when there may be more) gives the next page:
-        keyset pagination on the id, as fast deep in a big table as on page one.
-        ``search`` finds a substring of the arguments (as JSON text)."""
-        f = FilterFields(
-            task=task,
-            queue=queue,
-            state=state,
-            stage=stage,
-            tenant=tenant,
-            batch_id=batch_id,
-            created_after=created_after,
-            created_before=created_before,
-            finished_after=finished_after,
-            finished_before=finished_before,
-            search=search,
-        ).to_filter()
-        jobs = app.list_jobs(f, limit=limit, before_id=cursor_id(cursor))
-        return page("jobs", [serialize.job(j) for j in jobs], limit, jobs[-1].id if jobs else 0)
 
-    @r.get("/jobs/{job_id}", summary="A job, with its attempts", dependencies=[requires(ctx, READ)])
-    def get_job(job_id: JobPath) -> Any:
-        job = app.get_job(job_id)
-        return {
-            **serialize.job(job),
-            "attempt_log": [serialize.attempt(a) for a in app.job_attempts(job_id)],
-        }
-
-    @r.post(
-        "/jobs/{job_id}/cancel",
-        summary="Cancel a job",
-        dependencies=[requires(ctx, PRODUCER)],
-        responses={202: {"description": "running: its worker cancels it at its next heartbeat"}},
-    )
-    def cancel_job(job_id: JobPath) -> Any:
-        outcome = app.cancel_job(job_id)
-        if outcome is None:
-            job = app.get_job(job_id)
-            raise Conflict(f"job {job_id} has already finished ({job.state}): nothing to cancel")
-        if outcome == JobState.CANCELLED:
-            return {"result": str(JobState.CANCELLED), "job": serialize.job(app.get_job(job_id))}
-        return JSONResponse({"result": "requested", "job_id": job_id}, status_code=202)
-
-    @r.post(
-        "/jobs/{job_id}/retry",
-        summary="Retry a failed or cancelled job",
-        dependencies=[requires(ctx, PRODUCER)],
-    )
-    def retry_job(job_id: JobPath) -> Any:
-        if not app.retry_job(job_id):
-            job = app.get_job(job_id)
-            raise Conflict(
-                f"job {job_id} is {job.state}: only failed or cancelled jobs can be retried"
-            )
-        return serialize.job(app.get_job(job_id))
-
-    @r.delete(
-        "/jobs/{job_id}",
-        status_code=204,
-        summary="Delete a job that is not running",
-        dependencies=[requires(ctx, ADMIN)],
-    )
-    def delete_job(job_id: JobPath) -> Response:
-        if not app.delete_job(job_id):
-            raise Conflict(f"job {job_id} is running: cancel it first, or wait for it to end")
-        return Response(status_code=204)
-
-    def bulk(action: str, body: BulkAction, token: ApiToken | None) -> Any:
-        f = body.checked_filter()
-        if body.background and not body.dry_run:
-            actor = "open server (loopback)" if token is None else (token.name or token.id)
-            record = app.start_bulk(action, f, actor=actor)
-            return JSONResponse(serialize.action(record), status_code=202)
-        return serialize.bulk(app.bulk_method(action)(f, dry_run=body.dry_run))
-
-    # the token names who ran an action; a default, as annotations here are strings
-    as_producer, as_admin = requires(ctx, PRODUCER), requires(ctx, ADMIN)
-    background: dict[int | str, dict[str, Any]] = {
-        202: {"description": "background: the action's record; it runs on"}
+@router.post(
+    "/jobs/bulk",
+    status_code=201,
+    summary="Create many jobs in one transaction",
+    dependencies=[requires(PRODUCER)],
+)
+def create_jobs(body: JobsCreate, response: Response, app: Facade) -> Any:
+    """All or none: one transaction. Jobs whose key named an existing job come
+    back as that job with ``created: false``."""
+    inserts, payloads = [], []
+    for spec in body.jobs:
+        inserts.append(app.task_for(spec.task).build(spec.args, spec.kwargs, **spec.send_options()))
+        payloads.append((spec.args, spec.kwargs))
+    jobs = app.insert_jobs(inserts, payloads=payloads)
+    created = sum(j.created for j in jobs)
+    response.status_code = 201 if created else 200
+    return {
+        "created": created,
+        "jobs": [{**serialize.job(j), "created": j.created} for j in jobs],
     }
 
-    @r.post(
-        "/jobs/bulk-retry",
-        summary="Retry every failed or cancelled job matching a filter",
-        responses=background,
-    )
-    def bulk_retry(body: BulkAction, token: ApiToken | None = as_producer) -> Any:
-        return bulk("retry", body, token)
 
-    @r.post(
-        "/jobs/bulk-cancel",
-        summary="Cancel every unfinished job matching a filter",
-        responses=background,
-    )
-    def bulk_cancel(body: BulkAction, token: ApiToken | None = as_producer) -> Any:
-        return bulk("cancel", body, token)
+@router.get("/jobs", summary="List jobs", dependencies=[requires(READ)])
+def list_jobs(
+    app: Facade,
+    task: Annotated[list[Name] | None, Query(max_length=100)] = None,
+    queue: Annotated[list[Name] | None, Query(max_length=100)] = None,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    stage: Name | None = None,
+    tenant: Key | None = None,
+    batch_id: JobId | None = None,
+    created_after: Moment | None = None,
+    created_before: Moment | None = None,
+    finished_after: Moment | None = None,
+    finished_before: Moment | None = None,
+    search: Search | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> Any:
+    """Newest first. ``next_cursor`` (when there may be more) gives the next page:
+    keyset pagination on the id, as fast deep in a big table as on page one.
+    ``search`` finds a substring of the arguments (as JSON text)."""
+    f = FilterFields(
+        task=task,
+        queue=queue,
+        state=state,
+        stage=stage,
+        tenant=tenant,
+        batch_id=batch_id,
+        created_after=created_after,
+        created_before=created_before,
+        finished_after=finished_after,
+        finished_before=finished_before,
+        search=search,
+    ).to_filter()
+    jobs = app.list_jobs(f, limit=limit, before_id=cursor_id(cursor))
+    return page("jobs", [serialize.job(j) for j in jobs], limit, jobs[-1].id if jobs else 0)
 
-    @r.post(
-        "/jobs/bulk-delete",
-        summary="Delete every job matching a filter that is not running",
-        responses=background,
-    )
-    def bulk_delete(body: BulkAction, token: ApiToken | None = as_admin) -> Any:
-        return bulk("delete", body, token)
 
-    @r.get(
-        "/actions",
-        summary="Bulk actions run in the background, newest first (the audit log)",
-        dependencies=[requires(ctx, READ)],
-    )
-    def list_actions(limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> Any:
-        return {"actions": [serialize.action(a) for a in app.bulk_actions(limit=limit)]}
+@router.get("/jobs/{job_id}", summary="A job, with its attempts", dependencies=[requires(READ)])
+def get_job(job_id: JobPath, app: Facade) -> Any:
+    job = app.get_job(job_id)
+    return {
+        **serialize.job(job),
+        "attempt_log": [serialize.attempt(a) for a in app.job_attempts(job_id)],
+    }
 
-    @r.get(
-        "/actions/{action_id}",
-        summary="One bulk action: who asked, what it matched, how far it got",
-        dependencies=[requires(ctx, READ)],
-    )
-    def get_action(action_id: Annotated[str, Path(max_length=64)]) -> Any:
-        return serialize.action(app.bulk_action(action_id))
 
-    return r
+@router.post(
+    "/jobs/{job_id}/cancel",
+    summary="Cancel a job",
+    dependencies=[requires(PRODUCER)],
+    responses={202: {"description": "running: its worker cancels it at its next heartbeat"}},
+)
+def cancel_job(job_id: JobPath, app: Facade) -> Any:
+    outcome = app.cancel_job(job_id)
+    if outcome is None:
+        job = app.get_job(job_id)
+        raise Conflict(f"job {job_id} has already finished ({job.state}): nothing to cancel")
+    if outcome == JobState.CANCELLED:
+        return {"result": str(JobState.CANCELLED), "job": serialize.job(app.get_job(job_id))}
+    return JSONResponse({"result": "requested", "job_id": job_id}, status_code=202)
+
+
+@router.post(
+    "/jobs/{job_id}/retry",
+    summary="Retry a failed or cancelled job",
+    dependencies=[requires(PRODUCER)],
+)
+def retry_job(job_id: JobPath, app: Facade) -> Any:
+    if not app.retry_job(job_id):
+        job = app.get_job(job_id)
+        raise Conflict(f"job {job_id} is {job.state}: only failed or cancelled jobs can be retried")
+    return serialize.job(app.get_job(job_id))
+
+
+@router.delete(
+    "/jobs/{job_id}",
+    status_code=204,
+    summary="Delete a job that is not running",
+    dependencies=[requires(ADMIN)],
+)
+def delete_job(job_id: JobPath, app: Facade) -> Response:
+    if not app.delete_job(job_id):
+        raise Conflict(f"job {job_id} is running: cancel it first, or wait for it to end")
+    return Response(status_code=204)
+
+
+def bulk(app: Conveyor, action: str, body: BulkAction, token: ApiToken | None) -> Any:
+    f = body.checked_filter()
+    if body.background and not body.dry_run:
+        actor = "open server (loopback)" if token is None else (token.name or token.id)
+        record = app.start_bulk(action, f, actor=actor)
+        return JSONResponse(serialize.action(record), status_code=202)
+    return serialize.bulk(app.bulk_method(action)(f, dry_run=body.dry_run))
+
+
+#: the token names who ran an action: the scope check's answer, as a parameter
+AsProducer = Annotated[ApiToken | None, requires(PRODUCER)]
+AsAdmin = Annotated[ApiToken | None, requires(ADMIN)]
+BACKGROUND: dict[int | str, dict[str, Any]] = {
+    202: {"description": "background: the action's record; it runs on"}
+}
+
+
+@router.post(
+    "/jobs/bulk-retry",
+    summary="Retry every failed or cancelled job matching a filter",
+    responses=BACKGROUND,
+)
+def bulk_retry(body: BulkAction, token: AsProducer, app: Facade) -> Any:
+    return bulk(app, "retry", body, token)
+
+
+@router.post(
+    "/jobs/bulk-cancel",
+    summary="Cancel every unfinished job matching a filter",
+    responses=BACKGROUND,
+)
+def bulk_cancel(body: BulkAction, token: AsProducer, app: Facade) -> Any:
+    return bulk(app, "cancel", body, token)
+
+
+@router.post(
+    "/jobs/bulk-delete",
+    summary="Delete every job matching a filter that is not running",
+    responses=BACKGROUND,
+)
+def bulk_delete(body: BulkAction, token: AsAdmin, app: Facade) -> Any:
+    return bulk(app, "delete", body, token)
+
+
+@router.get(
+    "/actions",
+    summary="Bulk actions run in the background, newest first (the audit log)",
+    dependencies=[requires(READ)],
+)
+def list_actions(app: Facade, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> Any:
+    return {"actions": [serialize.action(a) for a in app.bulk_actions(limit=limit)]}
+
+
+@router.get(
+    "/actions/{action_id}",
+    summary="One bulk action: who asked, what it matched, how far it got",
+    dependencies=[requires(READ)],
+)
+def get_action(action_id: Annotated[Key, Path(max_length=64)], app: Facade) -> Any:
+    return serialize.action(app.bulk_action(action_id))
+
+
+def request_fingerprint(body: JobCreate) -> str:
+    """What a request asked for, as a hash: every field it set but the key itself."""
+    fields = body.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_same_request(job: Job, body: JobCreate, fingerprint: str, source: str) -> None:
+    """422 unless the job an idempotency key named was created by this same
+    request (a retry): as payment APIs do, a key reused for a different request is
+    an error, not the first request's answer. A job created without a fingerprint
+    (by Python's ``send``, the bulk call, or an older version) is compared on its
+    task and arguments, all it kept of the request."""
+    stored = job.headers.get(serialize.FINGERPRINT_HEADER)
+    if stored is not None:
+        same = stored == fingerprint
+    else:
+        same = (job.task, job.args, job.kwargs) == (body.task, body.args, body.kwargs)
+    if not same:
+        name = "Idempotency-Key" if source == "header" else "idempotency_key"
+        raise ConfigError(
+            f"{name}: {job.idempotency_key!r} was already used by a different request (job "
+            f"{job.id}, task {job.task!r}); a key names one request: retry it unchanged, or "
+            "send this one under a new key"
+        )
 
 
 def page(key: str, items: list[Any], limit: int, last_id: int, *more: object) -> dict[str, Any]:

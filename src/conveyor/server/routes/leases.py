@@ -25,10 +25,12 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from ... import serialize
+from ...app import Conveyor
 from ...outcomes import OutcomeKind, OutcomeResult, Refusal, RemoteOutcome
 from ...records import Lease
 from ..auth import WORKER, requires
 from ..context import ServerContext
+from ..dependencies import Ctx, Facade
 from ..models import JobId, Key, Name, Priority, Seconds, Strict, Timeout
 from .workers import WorkerRegistration, worker_info
 
@@ -133,124 +135,136 @@ def answer(result: OutcomeResult) -> Any:
     )
 
 
-def router(ctx: ServerContext) -> APIRouter:
+router = APIRouter(tags=["leases (remote workers)"], dependencies=[requires(WORKER)])
+
+
+def advice(app: Conveyor, tasks: list[str] | None) -> tuple[int, float]:
+    """The default batch size and poll interval: the task types' settings."""
+    settings = app.cached_task_settings()
+    known = [settings[t] for t in tasks or () if t in settings]
+    sizes = [s.batch_size for s in known if s.batch_size]
+    polls = [s.poll_interval_s for s in known if s.poll_interval_s]
+    return min(sizes, default=DEFAULT_BATCH), min(polls, default=DEFAULT_POLL_S)
+
+
+@router.post("/leases", summary="Claim jobs (long-poll)")
+async def lease(body: LeaseRequest, request: Request, ctx: Ctx) -> Any:
     app = ctx.conveyor
-    r = APIRouter(tags=["leases (remote workers)"], dependencies=[requires(ctx, WORKER)])
+    batch, poll = await asyncio.to_thread(advice, app, body.tasks)
+    jobs, stop = await _claim_waiting(ctx, body, request, body.limit or batch)
+    return {
+        "worker": body.worker,
+        "jobs": [serialize.lease(j) for j in jobs],
+        "stop": stop,
+        "heartbeat_s": min(BEAT_S, ctx.worker_ttl_s / 3),
+        "batch_size": batch,
+        "poll_interval_s": poll,
+    }
 
-    def advice(tasks: list[str] | None) -> tuple[int, float]:
-        """The default batch size and poll interval: the task types' settings."""
-        settings = app.cached_task_settings()
-        known = [settings[t] for t in tasks or () if t in settings]
-        sizes = [s.batch_size for s in known if s.batch_size]
-        polls = [s.poll_interval_s for s in known if s.poll_interval_s]
-        return min(sizes, default=DEFAULT_BATCH), min(polls, default=DEFAULT_POLL_S)
 
-    @r.post("/leases", summary="Claim jobs (long-poll)")
-    async def lease(body: LeaseRequest, request: Request) -> Any:
-        info = worker_info(body.worker, body, request)
-        batch, poll = await asyncio.to_thread(advice, body.tasks)
-        limit = body.limit or batch
-        deadline = time.monotonic() + min(body.wait_s, ctx.max_wait_s)
-        beat_at = -BEAT_S
-        jobs: list[Any] = []
-        stop = False
-        while True:
-            generation = app.work_generation()
-            if time.monotonic() - beat_at >= BEAT_S:
-                beat = await asyncio.to_thread(app.heartbeat_worker, info)
-                beat_at = time.monotonic()
-                if beat.stop:
-                    stop = True
-                    break
-            if await request.is_disconnected():
-                break  # nobody would receive what we claim
-            jobs = await asyncio.to_thread(
-                app.claim,
-                body.worker,
-                body.queues,
-                limit=limit,
-                tasks=body.tasks,
-                tags=body.tags,
-                lease_s=body.lease_s,
-            )
-            remaining = deadline - time.monotonic()
-            if jobs or remaining <= 0:
-                break
-            await app.await_work(generation, remaining)
-        return {
-            "worker": body.worker,
-            "jobs": [serialize.lease(j) for j in jobs],
-            "stop": stop,
-            "heartbeat_s": min(BEAT_S, ctx.worker_ttl_s / 3),
-            "batch_size": batch,
-            "poll_interval_s": poll,
-        }
-
-    def report_one(job_id: int, worker: str, outcome: RemoteOutcome) -> Any:
-        [result] = app.report(worker, [outcome])
-        return answer(result)
-
-    @r.post("/leases/{job_id}/complete", summary="The job succeeded")
-    def complete(job_id: JobPath, body: Complete) -> Any:
-        outcome = RemoteOutcome(job_id, body.token, OutcomeKind.COMPLETE, result=body.result)
-        return report_one(job_id, body.worker, outcome)
-
-    @r.post("/leases/{job_id}/fail", summary="The attempt failed")
-    def fail(job_id: JobPath, body: Fail) -> Any:
-        outcome = RemoteOutcome(
-            job_id,
-            body.token,
-            OutcomeKind.FAIL,
-            error=body.error,
-            traceback=body.traceback,
-            permanent=body.permanent,
-            retry_in_s=body.retry_in_s,
+async def _claim_waiting(
+    ctx: ServerContext, body: LeaseRequest, request: Request, limit: int
+) -> tuple[list[Any], bool]:
+    """(the jobs claimed, whether the worker is asked to stop): claims until some
+    come, the wait is over or the client has gone, heartbeating the worker meanwhile."""
+    app, info = ctx.conveyor, worker_info(body.worker, body, request)
+    deadline = time.monotonic() + min(body.wait_s, ctx.max_wait_s)
+    beat_at = -BEAT_S
+    jobs: list[Any] = []
+    while True:
+        generation = app.work_generation()
+        if time.monotonic() - beat_at >= BEAT_S:
+            beat = await asyncio.to_thread(app.heartbeat_worker, info)
+            beat_at = time.monotonic()
+            if beat.stop:
+                return jobs, True
+        if await request.is_disconnected():
+            return jobs, False  # nobody would receive what we claim
+        jobs = await asyncio.to_thread(
+            app.claim,
+            body.worker,
+            body.queues,
+            limit=limit,
+            tasks=body.tasks,
+            tags=body.tags,
+            lease_s=body.lease_s,
         )
-        return report_one(job_id, body.worker, outcome)
+        remaining = deadline - time.monotonic()
+        if jobs or remaining <= 0:
+            return jobs, False
+        await app.await_work(generation, remaining)
 
-    @r.post("/leases/{job_id}/next-stage", summary="Back to the queue at the next stage")
-    def next_stage(job_id: JobPath, body: NextStage) -> Any:
-        outcome = RemoteOutcome(
-            job_id,
-            body.token,
-            OutcomeKind.NEXT_STAGE,
-            stage=body.stage,
-            context=body.context,
-            delay_s=body.delay_s,
-            priority=body.priority,
-        )
-        return report_one(job_id, body.worker, outcome)
 
-    @r.post("/leases/{job_id}/snooze", summary="Run again later, without using the attempt")
-    def snooze(job_id: JobPath, body: Snooze) -> Any:
-        outcome = RemoteOutcome(job_id, body.token, OutcomeKind.SNOOZE, delay_s=body.delay_s)
-        return report_one(job_id, body.worker, outcome)
+def report_one(app: Conveyor, worker: str, outcome: RemoteOutcome) -> Any:
+    [result] = app.report(worker, [outcome])
+    return answer(result)
 
-    @r.post("/leases/{job_id}/heartbeat", summary="Still working on it")
-    def heartbeat(job_id: JobPath, body: Held, request: Request) -> Any:
-        """Heartbeats the worker (which keeps every job it holds) and checks this
-        lease: 409 if it was lost; ``cancel_requested`` if an operator cancelled it."""
-        beat = app.heartbeat_worker(worker_info(body.worker, WorkerRegistration(), request))
-        if beat.held.get(job_id) != body.token:
-            return _lost(job_id)
-        return {"job_id": job_id, "cancel_requested": job_id in beat.cancel, "stop": beat.stop}
 
-    @r.post("/leases/{job_id}/release", summary="Give the job back, unstarted")
-    def release(job_id: JobPath, body: Held) -> Any:
-        """For a worker shutting down: the job goes back to the queue and the
-        attempt does not count."""
-        if not app.release(body.worker, [Lease(job_id, body.token)]):
-            return _lost(job_id)
-        return {"job_id": job_id, "released": True}
+@router.post("/leases/{job_id}/complete", summary="The job succeeded")
+def complete(job_id: JobPath, body: Complete, app: Facade) -> Any:
+    outcome = RemoteOutcome(job_id, body.token, OutcomeKind.COMPLETE, result=body.result)
+    return report_one(app, body.worker, outcome)
 
-    @r.post("/leases/outcomes", summary="Report many outcomes at once")
-    def outcomes(body: Outcomes) -> Any:
-        """One write for all (as an in-process worker batches them). Each result says
-        whether it was accepted; refused ones changed nothing, and say why."""
-        results = app.report(body.worker, [o.outcome() for o in body.outcomes])
-        return {"results": [serialize.outcome(x) for x in results]}
 
-    return r
+@router.post("/leases/{job_id}/fail", summary="The attempt failed")
+def fail(job_id: JobPath, body: Fail, app: Facade) -> Any:
+    outcome = RemoteOutcome(
+        job_id,
+        body.token,
+        OutcomeKind.FAIL,
+        error=body.error,
+        traceback=body.traceback,
+        permanent=body.permanent,
+        retry_in_s=body.retry_in_s,
+    )
+    return report_one(app, body.worker, outcome)
+
+
+@router.post("/leases/{job_id}/next-stage", summary="Back to the queue at the next stage")
+def next_stage(job_id: JobPath, body: NextStage, app: Facade) -> Any:
+    outcome = RemoteOutcome(
+        job_id,
+        body.token,
+        OutcomeKind.NEXT_STAGE,
+        stage=body.stage,
+        context=body.context,
+        delay_s=body.delay_s,
+        priority=body.priority,
+    )
+    return report_one(app, body.worker, outcome)
+
+
+@router.post("/leases/{job_id}/snooze", summary="Run again later, without using the attempt")
+def snooze(job_id: JobPath, body: Snooze, app: Facade) -> Any:
+    outcome = RemoteOutcome(job_id, body.token, OutcomeKind.SNOOZE, delay_s=body.delay_s)
+    return report_one(app, body.worker, outcome)
+
+
+@router.post("/leases/{job_id}/heartbeat", summary="Still working on it")
+def heartbeat(job_id: JobPath, body: Held, request: Request, app: Facade) -> Any:
+    """Heartbeats the worker (which keeps every job it holds) and checks this
+    lease: 409 if it was lost; ``cancel_requested`` if an operator cancelled it."""
+    beat = app.heartbeat_worker(worker_info(body.worker, WorkerRegistration(), request))
+    if beat.held.get(job_id) != body.token:
+        return _lost(job_id)
+    return {"job_id": job_id, "cancel_requested": job_id in beat.cancel, "stop": beat.stop}
+
+
+@router.post("/leases/{job_id}/release", summary="Give the job back, unstarted")
+def release(job_id: JobPath, body: Held, app: Facade) -> Any:
+    """For a worker shutting down: the job goes back to the queue and the
+    attempt does not count."""
+    if not app.release(body.worker, [Lease(job_id, body.token)]):
+        return _lost(job_id)
+    return {"job_id": job_id, "released": True}
+
+
+@router.post("/leases/outcomes", summary="Report many outcomes at once")
+def outcomes(body: Outcomes, app: Facade) -> Any:
+    """One write for all (as an in-process worker batches them). Each result says
+    whether it was accepted; refused ones changed nothing, and say why."""
+    results = app.report(body.worker, [o.outcome() for o in body.outcomes])
+    return {"results": [serialize.outcome(x) for x in results]}
 
 
 def _lost(job_id: int) -> JSONResponse:

@@ -25,6 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from ...records import BatchState, ChangeCursor, JobState
 from ..auth import READ, requires
 from ..context import ServerContext
+from ..dependencies import Ctx
 
 WAIT_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
 RUN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
@@ -146,17 +147,14 @@ class _Gauges:
         yield GaugeMetricFamily("conveyor_jobs_running", "Jobs running now.", value=running)
 
 
-def router(ctx: ServerContext) -> APIRouter:
-    r = APIRouter(tags=["metrics"])
-    metrics = ClusterMetrics(ctx)
+router = APIRouter(tags=["metrics"])
 
-    @r.get(
-        "/metrics",
-        summary="Prometheus metrics",
-        response_class=Response,
-        dependencies=[requires(ctx, READ)],
-    )
-    def scrape() -> Response:
-        return Response(metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
 
-    return r
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    dependencies=[requires(READ)],
+)
+def scrape(ctx: Ctx) -> Response:
+    return Response(ctx.part(ClusterMetrics).scrape(), media_type=CONTENT_TYPE_LATEST)

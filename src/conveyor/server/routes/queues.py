@@ -9,8 +9,9 @@ from fastapi import APIRouter, Path
 from pydantic import Field
 
 from ... import serialize
+from ...app import Conveyor
 from ..auth import ADMIN, READ, requires
-from ..context import ServerContext
+from ..dependencies import Facade
 from ..models import MAX_INT32, Name, Strict
 
 QueuePath = Annotated[Name, Path(description="the queue's name")]
@@ -33,54 +34,54 @@ class RateLimit(QueueAction):
     burst: Annotated[float, Field(ge=1, le=1e9, allow_inf_nan=False)] | None = None
 
 
-def router(ctx: ServerContext) -> APIRouter:
-    app = ctx.conveyor
-    r = APIRouter(tags=["queues"])
+router = APIRouter(tags=["queues"])
 
-    def _queue(name: str) -> dict[str, Any]:
-        found = next((q for q in app.queues() if q.name == name), None)
-        return {"name": name} if found is None else serialize.queue(found)
 
-    @r.get(
-        "/queues", summary="Queues with their counts per state", dependencies=[requires(ctx, READ)]
-    )
-    def list_queues() -> Any:
-        return {"queues": [serialize.queue(q) for q in app.queues()]}
+def _queue(app: Conveyor, name: str) -> dict[str, Any]:
+    found = next((q for q in app.queues() if q.name == name), None)
+    return {"name": name} if found is None else serialize.queue(found)
 
-    @r.post(
-        "/queues/{name}/pause",
-        summary="Pause a queue (running jobs finish)",
-        dependencies=[requires(ctx, ADMIN)],
-    )
-    def pause(name: QueuePath, body: QueueAction | None = None) -> Any:
-        app.pause_queue(name, force=bool(body and body.force))
-        return _queue(name)
 
-    @r.post(
-        "/queues/{name}/resume",
-        summary="Resume a paused queue",
-        dependencies=[requires(ctx, ADMIN)],
-    )
-    def resume(name: QueuePath, body: QueueAction | None = None) -> Any:
-        app.resume_queue(name, force=bool(body and body.force))
-        return _queue(name)
+@router.get("/queues", summary="Queues with their counts per state", dependencies=[requires(READ)])
+def list_queues(app: Facade) -> Any:
+    return {"queues": [serialize.queue(q) for q in app.queues()]}
 
-    @r.put(
-        "/queues/{name}/concurrency",
-        summary="Cap the queue's running jobs",
-        dependencies=[requires(ctx, ADMIN)],
-    )
-    def concurrency(name: QueuePath, body: ConcurrencyLimit) -> Any:
-        app.set_queue_limit(name, body.max_running, force=body.force)
-        return _queue(name)
 
-    @r.put(
-        "/queues/{name}/rate-limit",
-        summary="Rate-limit the queue",
-        dependencies=[requires(ctx, ADMIN)],
-    )
-    def rate(name: QueuePath, body: RateLimit) -> Any:
-        app.set_queue_rate_limit(name, body.rate_limit, body.burst, force=body.force)
-        return _queue(name)
+@router.post(
+    "/queues/{name}/pause",
+    summary="Pause a queue (running jobs finish)",
+    dependencies=[requires(ADMIN)],
+)
+def pause(name: QueuePath, app: Facade, body: QueueAction | None = None) -> Any:
+    app.pause_queue(name, force=bool(body and body.force))
+    return _queue(app, name)
 
-    return r
+
+@router.post(
+    "/queues/{name}/resume",
+    summary="Resume a paused queue",
+    dependencies=[requires(ADMIN)],
+)
+def resume(name: QueuePath, app: Facade, body: QueueAction | None = None) -> Any:
+    app.resume_queue(name, force=bool(body and body.force))
+    return _queue(app, name)
+
+
+@router.put(
+    "/queues/{name}/concurrency",
+    summary="Cap the queue's running jobs",
+    dependencies=[requires(ADMIN)],
+)
+def concurrency(name: QueuePath, body: ConcurrencyLimit, app: Facade) -> Any:
+    app.set_queue_limit(name, body.max_running, force=body.force)
+    return _queue(app, name)
+
+
+@router.put(
+    "/queues/{name}/rate-limit",
+    summary="Rate-limit the queue",
+    dependencies=[requires(ADMIN)],
+)
+def rate(name: QueuePath, body: RateLimit, app: Facade) -> Any:
+    app.set_queue_rate_limit(name, body.rate_limit, body.burst, force=body.force)
+    return _queue(app, name)

@@ -13,7 +13,7 @@ from pydantic import Field
 from ... import serialize
 from ...errors import JobNotFound
 from ..auth import ADMIN, READ, requires
-from ..context import ServerContext
+from ..dependencies import Facade
 from ..models import Name, Strict
 
 TaskPath = Annotated[Name, Path(description="the task type's name")]
@@ -39,58 +39,58 @@ class SettingsPatch(Strict):
     retry_cap_s: Secs | None = Field(None, description="the longest retry delay")
 
 
-def router(ctx: ServerContext) -> APIRouter:
-    app = ctx.conveyor
-    r = APIRouter(tags=["tasks"])
+router = APIRouter(tags=["tasks"])
 
-    @r.get(
-        "/tasks",
-        summary="Task types: registered here or with settings",
-        dependencies=[requires(ctx, READ)],
+
+@router.get(
+    "/tasks",
+    summary="Task types: registered here or with settings",
+    dependencies=[requires(READ)],
+)
+def list_tasks(app: Facade) -> Any:
+    stored = {s.task: s for s in app.task_settings()}
+    names = sorted(set(app.tasks) | set(stored))
+    return {
+        "tasks": [
+            {
+                "task": name,
+                "registered": name in app.tasks,
+                "settings": serialize.task_settings(
+                    stored.get(name) or app.get_task_settings(name)
+                ),
+            }
+            for name in names
+        ]
+    }
+
+
+@router.get(
+    "/tasks/{task}/settings",
+    summary="A task type's settings",
+    dependencies=[requires(READ)],
+)
+def get_settings(task: TaskPath, app: Facade) -> Any:
+    return serialize.task_settings(app.get_task_settings(task))
+
+
+@router.patch(
+    "/tasks/{task}/settings",
+    summary="Change a task type's settings",
+    dependencies=[requires(ADMIN)],
+)
+def set_settings(task: TaskPath, body: SettingsPatch, app: Facade) -> Any:
+    return serialize.task_settings(
+        app.set_task_settings(task, **body.model_dump(exclude_unset=True))
     )
-    def list_tasks() -> Any:
-        stored = {s.task: s for s in app.task_settings()}
-        names = sorted(set(app.tasks) | set(stored))
-        return {
-            "tasks": [
-                {
-                    "task": name,
-                    "registered": name in app.tasks,
-                    "settings": serialize.task_settings(
-                        stored.get(name) or app.get_task_settings(name)
-                    ),
-                }
-                for name in names
-            ]
-        }
 
-    @r.get(
-        "/tasks/{task}/settings",
-        summary="A task type's settings",
-        dependencies=[requires(ctx, READ)],
-    )
-    def get_settings(task: TaskPath) -> Any:
-        return serialize.task_settings(app.get_task_settings(task))
 
-    @r.patch(
-        "/tasks/{task}/settings",
-        summary="Change a task type's settings",
-        dependencies=[requires(ctx, ADMIN)],
-    )
-    def set_settings(task: TaskPath, body: SettingsPatch) -> Any:
-        return serialize.task_settings(
-            app.set_task_settings(task, **body.model_dump(exclude_unset=True))
-        )
-
-    @r.delete(
-        "/tasks/{task}/settings",
-        status_code=204,
-        summary="Forget a task type's settings",
-        dependencies=[requires(ctx, ADMIN)],
-    )
-    def delete_settings(task: TaskPath) -> Response:
-        if not app.delete_task_settings(task):
-            raise JobNotFound(f"task {task!r} has no settings")
-        return Response(status_code=204)
-
-    return r
+@router.delete(
+    "/tasks/{task}/settings",
+    status_code=204,
+    summary="Forget a task type's settings",
+    dependencies=[requires(ADMIN)],
+)
+def delete_settings(task: TaskPath, app: Facade) -> Response:
+    if not app.delete_task_settings(task):
+        raise JobNotFound(f"task {task!r} has no settings")
+    return Response(status_code=204)

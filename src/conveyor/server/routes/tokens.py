@@ -11,7 +11,7 @@ from ... import serialize
 from ...errors import JobNotFound
 from ...records import TokenScope
 from ..auth import ADMIN, requires
-from ..context import ServerContext
+from ..dependencies import Facade
 from ..models import Name, Strict
 
 
@@ -20,25 +20,24 @@ class TokenCreate(Strict):
     name: Name | None = None
 
 
-def router(ctx: ServerContext) -> APIRouter:
-    app = ctx.conveyor
-    r = APIRouter(tags=["tokens"], dependencies=[requires(ctx, ADMIN)])
+router = APIRouter(tags=["tokens"], dependencies=[requires(ADMIN)])
 
-    @r.get("/tokens", summary="Every token (never their secrets)")
-    def list_tokens() -> Any:
-        return {"tokens": [serialize.token(t) for t in app.tokens()]}
 
-    @r.post("/tokens", status_code=201, summary="Create a token")
-    def create_token(body: TokenCreate) -> Any:
-        """The answer's ``token`` is the secret to send as ``Authorization: Bearer``;
-        it is not stored and cannot be shown again."""
-        record, secret = app.create_token(body.scope, name=body.name)
-        return {**serialize.token(record), "token": secret}
+@router.get("/tokens", summary="Every token (never their secrets)")
+def list_tokens(app: Facade) -> Any:
+    return {"tokens": [serialize.token(t) for t in app.tokens()]}
 
-    @r.delete("/tokens/{token_id}", status_code=204, summary="Revoke a token")
-    def revoke_token(token_id: Annotated[Name, Path()]) -> Response:
-        if not app.revoke_token(token_id):
-            raise JobNotFound(f"no active token with id {token_id!r}")
-        return Response(status_code=204)
 
-    return r
+@router.post("/tokens", status_code=201, summary="Create a token")
+def create_token(body: TokenCreate, app: Facade) -> Any:
+    """The answer's ``token`` is the secret to send as ``Authorization: Bearer``;
+    it is not stored and cannot be shown again."""
+    record, secret = app.create_token(body.scope, name=body.name)
+    return {**serialize.token(record), "token": secret}
+
+
+@router.delete("/tokens/{token_id}", status_code=204, summary="Revoke a token")
+def revoke_token(token_id: Annotated[Name, Path()], app: Facade) -> Response:
+    if not app.revoke_token(token_id):
+        raise JobNotFound(f"no active token with id {token_id!r}")
+    return Response(status_code=204)

@@ -14,6 +14,7 @@ from ...errors import JobNotFound
 from ...records import WorkerInfo
 from ..auth import ADMIN, READ, WORKER, requires
 from ..context import ServerContext
+from ..dependencies import Ctx
 from ..models import MAX_INT32, Name, Strict
 
 WorkerPath = Annotated[Name, Path(description="the worker's id")]
@@ -43,49 +44,51 @@ def worker_info(worker_id: str, reg: WorkerRegistration, request: Request) -> Wo
     )
 
 
-def router(ctx: ServerContext) -> APIRouter:
-    app = ctx.conveyor
-    r = APIRouter(tags=["workers"])
+router = APIRouter(tags=["workers"])
 
-    def show(info: WorkerInfo) -> dict[str, Any]:
-        return serialize.worker(info, ttl_s=ctx.worker_ttl_s)
 
-    @r.get("/workers", summary="Workers, alive or silent", dependencies=[requires(ctx, READ)])
-    def list_workers() -> Any:
-        return {"workers": [show(w) for w in app.workers()]}
+def _show(ctx: ServerContext, info: WorkerInfo) -> dict[str, Any]:
+    return serialize.worker(info, ttl_s=ctx.worker_ttl_s)
 
-    @r.get("/workers/{worker_id}", summary="One worker", dependencies=[requires(ctx, READ)])
-    def get_worker(worker_id: WorkerPath) -> Any:
-        return show(app.get_worker(worker_id))
 
-    @r.post(
-        "/workers/{worker_id}/stop",
-        summary="Ask a worker to drain and exit",
-        dependencies=[requires(ctx, ADMIN)],
-    )
-    def stop_worker(worker_id: WorkerPath) -> Any:
-        if not app.stop_worker(worker_id):
-            raise JobNotFound(f"no worker with id {worker_id!r}")
-        return show(app.get_worker(worker_id))
+@router.get("/workers", summary="Workers, alive or silent", dependencies=[requires(READ)])
+def list_workers(ctx: Ctx) -> Any:
+    return {"workers": [_show(ctx, w) for w in ctx.conveyor.workers()]}
 
-    @r.post(
-        "/workers/{worker_id}/heartbeat",
-        summary="A remote worker is alive",
-        dependencies=[requires(ctx, WORKER)],
-    )
-    def heartbeat(
-        worker_id: WorkerPath, request: Request, body: WorkerRegistration | None = None
-    ) -> Any:
-        """Send one every couple of seconds (well within the worker ttl, 7 s by
-        default): a worker keeps its jobs for as long as it heartbeats. The answer
-        lists the jobs it still holds, those an operator asked to cancel, and
-        whether it should stop."""
-        beat = app.heartbeat_worker(worker_info(worker_id, body or WorkerRegistration(), request))
-        return {
-            "held": sorted(beat.held),
-            "cancel": sorted(beat.cancel),
-            "stop": beat.stop,
-            "heartbeat_s": min(2.0, ctx.worker_ttl_s / 3),
-        }
 
-    return r
+@router.get("/workers/{worker_id}", summary="One worker", dependencies=[requires(READ)])
+def get_worker(worker_id: WorkerPath, ctx: Ctx) -> Any:
+    return _show(ctx, ctx.conveyor.get_worker(worker_id))
+
+
+@router.post(
+    "/workers/{worker_id}/stop",
+    summary="Ask a worker to drain and exit",
+    dependencies=[requires(ADMIN)],
+)
+def stop_worker(worker_id: WorkerPath, ctx: Ctx) -> Any:
+    if not ctx.conveyor.stop_worker(worker_id):
+        raise JobNotFound(f"no worker with id {worker_id!r}")
+    return _show(ctx, ctx.conveyor.get_worker(worker_id))
+
+
+@router.post(
+    "/workers/{worker_id}/heartbeat",
+    summary="A remote worker is alive",
+    dependencies=[requires(WORKER)],
+)
+def heartbeat(
+    worker_id: WorkerPath, request: Request, ctx: Ctx, body: WorkerRegistration | None = None
+) -> Any:
+    """Send one every couple of seconds (well within the worker ttl, 7 s by
+    default): a worker keeps its jobs for as long as it heartbeats. The answer
+    lists the jobs it still holds, those an operator asked to cancel, and
+    whether it should stop."""
+    info = worker_info(worker_id, body or WorkerRegistration(), request)
+    beat = ctx.conveyor.heartbeat_worker(info)
+    return {
+        "held": sorted(beat.held),
+        "cancel": sorted(beat.cancel),
+        "stop": beat.stop,
+        "heartbeat_s": min(2.0, ctx.worker_ttl_s / 3),
+    }

@@ -1,10 +1,14 @@
 // Conveyor dashboard: actions through the /v1 API, live updates from the SSE streams.
 "use strict";
 
+// Where the dashboard is mounted ("" at the root, "/queue" under a prefix):
+// every path below is the app's own, under it.
+const ROOT = document.body.dataset.root || "";
+
 async function api(method, path, body) {
   const headers = { "X-Conveyor-Dashboard": "1", Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const res = await fetch(path, {
+  const res = await fetch(ROOT + path, {
     method, headers, credentials: "same-origin",
     body: body === undefined ? undefined : JSON.stringify(body),
   });
@@ -52,7 +56,7 @@ document.addEventListener("click", async (ev) => {
     if (!confirm(`${what[0].toUpperCase() + what.slice(1)} job ${id}?`)) return;
     if (what === "delete") {
       const r = await act(`delete job ${id}`, "DELETE", `/v1/jobs/${id}`);
-      if (r.ok) setTimeout(() => (location.href = "/jobs"), 300);
+      if (r.ok) setTimeout(() => (location.href = ROOT + "/jobs"), 300);
     } else {
       await act(`${what} job ${id}`, "POST", `/v1/jobs/${id}/${what}`);
     }
@@ -116,7 +120,7 @@ document.addEventListener("submit", async (ev) => {
     if (r.ok) {
       out.innerHTML = "";
       const a = document.createElement("a");
-      a.href = `/jobs/${r.data.id}`;
+      a.href = `${ROOT}/jobs/${r.data.id}`;
       a.textContent = `job ${r.data.id} sent (${r.data.state})`;
       out.appendChild(a);
     } else if (Array.isArray(r.data && r.data.detail)) {
@@ -158,7 +162,7 @@ function paint(bar, p) {
 
 function followBatch(bar) {
   if (bar.dataset.state !== "running" && bar.dataset.state !== "open") return;
-  const src = new EventSource(`/v1/batches/${bar.dataset.batch}/events`);
+  const src = new EventSource(`${ROOT}/v1/batches/${bar.dataset.batch}/events`);
   src.addEventListener("batch.progress", (e) => paint(bar, JSON.parse(e.data)));
   src.addEventListener("batch.closed", (e) => {
     const d = JSON.parse(e.data);
@@ -177,7 +181,7 @@ function followOverview() {
     const doc = new DOMParser().parseFromString(await res.text(), "text/html");
     document.querySelector("main").replaceWith(doc.querySelector("main"));
   };
-  const src = new EventSource("/v1/events");
+  const src = new EventSource(ROOT + "/v1/events");
   src.onmessage = null;
   const poke = () => { if (!timer) timer = setTimeout(refresh, 2000); };
   for (const kind of ["job.created", "job.started", "job.succeeded", "job.failed", "job.retried", "job.cancelled", "batch.closed"]) {
@@ -191,7 +195,7 @@ function followBatchList() {
   const bars = {};
   document.querySelectorAll(".bar[data-batch]:not([data-live])").forEach((b) => (bars[b.dataset.batch] = b));
   if (!Object.values(bars).some((b) => b.dataset.state === "running")) return;
-  const src = new EventSource("/v1/events");
+  const src = new EventSource(ROOT + "/v1/events");
   src.addEventListener("batch.progress", (e) => {
     const d = JSON.parse(e.data);
     if (bars[d.batch_id]) paint(bars[d.batch_id], d);
@@ -203,6 +207,8 @@ function followBatchList() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  // widths are set here, not in style attributes: the Content-Security-Policy allows no inline style
+  document.querySelectorAll(".bar[data-percent] > div").forEach((d) => (d.style.width = `${d.parentElement.dataset.percent}%`));
   document.querySelectorAll(".bar[data-batch][data-live]").forEach(followBatch);
   followBatchList();
   followOverview();
