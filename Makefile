@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test bench lint types check clean
+.PHONY: help install demo test test-django bench lint types docs check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-9s %s\n", $$1, $$2}'
@@ -25,11 +25,18 @@ demo: install ## run the demo on embedded SQLite (no server needed)
 
 test: install ## run the whole suite on SQLite, PostgreSQL and MariaDB (finds or starts both servers)
 	@bash scripts/ensure-chromium.sh || exit 1
+	@bash scripts/ensure-pgbouncer.sh || exit 1
 	@url=$$(PYTHON=$(PY) bash scripts/ensure-postgres.sh) || exit 1; \
 	echo "PostgreSQL for tests: $$url"; \
 	myurl=$$(PYTHON=$(PY) bash scripts/ensure-mysql.sh) || exit 1; \
 	echo "MySQL for tests: $$myurl"; \
-	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS) && \
+	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl bash scripts/test-django.sh
+
+test-django: install ## the Django integration tests alone (.venv-django, Python 3.12+; all three databases)
+	@url=$$(PYTHON=$(PY) bash scripts/ensure-postgres.sh) || exit 1; \
+	myurl=$$(PYTHON=$(PY) bash scripts/ensure-mysql.sh) || exit 1; \
+	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl bash scripts/test-django.sh
 
 bench: install ## benchmarks: Conveyor (SQLite, PostgreSQL; MariaDB in `conveyor bench`) beside PgQueuer
 	bash bench/run.sh
@@ -41,7 +48,10 @@ lint: install ## ruff lint and format check
 types: install ## mypy, strict, on src/conveyor
 	$(VENV)/bin/mypy
 
-check: lint types ## lint and types (CI runs this, then make test)
+docs: install ## build the documentation site into site/ (strict: a broken link or reference fails)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+check: lint types docs ## lint, types and the docs build (CI runs this, then make test)
 
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) .venv-django .pytest_cache .ruff_cache src/*.egg-info site docs/reference/openapi.json
