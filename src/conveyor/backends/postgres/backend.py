@@ -86,6 +86,12 @@ DIALECT = Dialect(
         # Not finished: the live partition, by a constant the planner prunes the
         # finished ones by (schema v17; "Live" at the top of queries.sql).
         "UNFINISHED": lambda a: f"{a[0]}.state NOT IN ('succeeded', 'failed', 'cancelled')",
+        # How a claim commits (job_claim): without waiting for its WAL, unless a
+        # synchronous standby is configured, which a failover would promote.
+        "CLAIM_COMMIT": lambda a: (
+            "CASE WHEN current_setting('synchronous_standby_names') = '' THEN 'off'"
+            " ELSE current_setting('synchronous_commit') END"
+        ),
     },
 )
 Q = load_queries(__package__ or "conveyor.backends.postgres", DIALECT)
@@ -423,16 +429,28 @@ _ANSWERED = re.compile(r"password|authentication|does not exist|pg_hba|ssl|permi
 
 
 @contextmanager
-def _translated(url: str) -> Iterator[None]:
+def _translated(url: str, pool: ConnectionPool | None = None) -> Iterator[None]:
     """psycopg's errors of the connection or the server as DatabaseUnavailable,
     but a transaction the server rolled back for a row moved under it or a
-    deadlock (_MOVED): that one goes up as it is, for _again to run it again."""
+    deadlock (_MOVED): that one goes up as it is, for _again to run it again.
+    A server that refuses writes (25006) is a standby, or a primary a failover
+    demoted: the pool's connections to it are replaced (``pool.drain``), and new
+    ones go where the URL says (``target_session_attrs=read-write`` picks the
+    writable host), instead of every statement failing there forever."""
     try:
         yield
     except _MOVED:
         raise
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         raise _connect_error(url, exc) from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        if pool is not None:
+            pool.drain()
+        raise DatabaseUnavailable(
+            f"PostgreSQL at {redact(url)} is read-only now (a standby, or a primary"
+            " demoted by a failover): its connections are being replaced; try again",
+            transient=True,
+        ) from exc
 
 
 def redact(url: str) -> str:
@@ -972,7 +990,12 @@ class PostgresBackend(SqlBackend):
             with conn.cursor(row_factory=dict_row) as cur:
                 yield cur
             return
-        with _translated(self.url), self.pool.connection() as c, c.transaction(), c.cursor() as cur:
+        with (
+            _translated(self.url, self.pool),
+            self.pool.connection() as c,
+            c.transaction(),
+            c.cursor() as cur,
+        ):
             yield cur
 
     @contextmanager
@@ -980,7 +1003,7 @@ class PostgresBackend(SqlBackend):
         """REPEATABLE READ: every statement of the transaction sees its first
         snapshot (in READ COMMITTED each would take its own), the horizon of
         in-flight transactions included."""
-        with _translated(self.url), self.pool.connection() as c, c.transaction():
+        with _translated(self.url, self.pool), self.pool.connection() as c, c.transaction():
             c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
 
             def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
@@ -998,11 +1021,11 @@ class PostgresBackend(SqlBackend):
 
     def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
         """One statement in autocommit: a single round trip, no BEGIN/COMMIT."""
-        with _translated(self.url), self.pool.connection() as c:
+        with _translated(self.url, self.pool), self.pool.connection() as c:
             return _result_rows(c.execute(sql or Q[name], self._params(params)))
 
     def _count(self, name: str, params: dict[str, Any]) -> int:
-        with _translated(self.url), self.pool.connection() as c:
+        with _translated(self.url, self.pool), self.pool.connection() as c:
             return c.execute(Q[name], self._params(params)).rowcount
 
     def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
@@ -1120,7 +1143,7 @@ class PostgresBackend(SqlBackend):
         value needs psycopg (``_text_params``). Errors are psycopg's, as from
         ``execute``; the server forgetting the statement prepares it again."""
         params = {**job._asdict(), "now": now, "channel": CHANNEL}
-        with _translated(self.url), self.pool.connection() as conn:
+        with _translated(self.url, self.pool), self.pool.connection() as conn:
             pg: Any = conn.pgconn  # (its stub leaves out None, the NULL libpq takes)
             encoding = self._send_statements.get(conn) or self._prepare_send(conn)
             values = _text_params([params[name] for name in _SEND_NAMES], encoding)
@@ -1310,7 +1333,7 @@ class PostgresBackend(SqlBackend):
         """``_rows`` for a statement returning jobs, read as tuples and decoded by
         position (``job_reader``): no dict made per row."""
         with (
-            _translated(self.url),
+            _translated(self.url, self.pool),
             self.pool.connection() as c,
             c.cursor(row_factory=tuple_row) as cur,
         ):
@@ -1332,7 +1355,7 @@ class PostgresBackend(SqlBackend):
         and inside a worker, where the claim thread takes the GIL back after every
         wait, drains were slower: per key 0.66x -> 0.71x of unlimited.)"""
         if self._temp_functions:
-            with _translated(self.url), self.pool.connection() as c:
+            with _translated(self.url, self.pool), self.pool.connection() as c:
                 if c in self._claim_functions or self._make_claim_function(c):
                     call = Q["job_claim_limited_call"]
                     with c.cursor(row_factory=tuple_row) as cur:
