@@ -33,7 +33,6 @@ _SQLALCHEMY_NAMES = {
     "sqlite": ("sqlite",),
     "mysql": ("mysql", "mariadb"),
 }
-_ASYNC_KINDS = ("AsyncConnection", "AsyncSession", "async_scoped_session")
 
 
 def dbapi_connection(conn: Any, dialect: str) -> Any:
@@ -43,7 +42,7 @@ def dbapi_connection(conn: Any, dialect: str) -> Any:
     refused here, before anything is written."""
     if conn is None or not _is_sqlalchemy(conn):
         return conn
-    if type(conn).__name__ in _ASYNC_KINDS or is_async_sqlalchemy(conn):
+    if async_sqlalchemy(conn) is not None:
         raise ConfigError(
             f"conn= got SQLAlchemy's {type(conn).__name__} in sync code: await "
             "task.asend(..., conn=...) (or app.aenqueue) with it, or pass a sync "
@@ -72,20 +71,24 @@ async def call_with(conn: Any, call: Callable[[Any], T], *, warm: Callable[[], o
     (opening the app, reading the task settings a send applies, through
     connections of ours) runs in a thread first, so that what ``call`` reads
     through them is cached."""
-    if conn is not None and is_async_sqlalchemy(conn):
+    target = async_sqlalchemy(conn)
+    if target is not None:
         await asyncio.to_thread(warm)
-        result: T = await conn.run_sync(call)
+        result: T = await target.run_sync(call)
         return result
     return await asyncio.to_thread(call, conn)
 
 
-def is_async_sqlalchemy(conn: Any) -> bool:
-    """``conn`` is SQLAlchemy's ``AsyncConnection`` or ``AsyncSession`` (or a subclass)."""
-    if not _is_sqlalchemy(conn):
-        return False
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+def async_sqlalchemy(conn: Any) -> Any:
+    """SQLAlchemy's ``AsyncConnection`` or ``AsyncSession`` that ``conn`` is (an
+    ``async_scoped_session``: its current session), or None for anything else."""
+    if conn is None or not _is_sqlalchemy(conn):
+        return None
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
 
-    return isinstance(conn, AsyncConnection | AsyncSession)
+    if isinstance(conn, async_scoped_session):
+        conn = conn()
+    return conn if isinstance(conn, AsyncConnection | AsyncSession) else None
 
 
 def _is_sqlalchemy(conn: Any) -> bool:

@@ -13,8 +13,13 @@ import pytest
 sqlalchemy = pytest.importorskip("sqlalchemy")
 
 from sqlalchemy import create_engine, text  # noqa: E402
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
+from sqlalchemy.ext.asyncio import (  # noqa: E402
+    AsyncSession,
+    async_scoped_session,
+    async_sessionmaker,
+    create_async_engine,
+)
+from sqlalchemy.orm import Session, scoped_session, sessionmaker  # noqa: E402
 
 from conveyor import ConfigError, Conveyor, JobNotFound  # noqa: E402
 from tests.conftest import only_on  # noqa: E402
@@ -94,6 +99,18 @@ def test_session_transaction(app: Conveyor, engine, commit: bool) -> None:
     assert orders(engine) == ([1] if commit else [])
 
 
+def test_scoped_session(app: Conveyor, engine) -> None:
+    """Flask-SQLAlchemy's ``db.session`` and the like: the current session's transaction."""
+    task = app.task(name="ship")(ship)
+    current = scoped_session(sessionmaker(engine))
+    kept = task.send(1, conn=current)
+    current.commit()
+    dropped = task.send(2, conn=current)
+    current.rollback()
+    current.remove()
+    assert (exists(app, kept.id), exists(app, dropped.id)) == (True, False)
+
+
 def test_connection_without_a_statement_commits(app: Conveyor, engine) -> None:
     """The enqueue is the first statement: the transaction SQLAlchemy commits is
     the one it ran in (one begun for it), not one the driver left open."""
@@ -123,12 +140,18 @@ def test_async_session_and_connection(app: Conveyor, db_url: str, engine, commit
             async with aengine.connect() as c:
                 third = await task.asend(3, conn=c)
                 await (c.commit() if commit else c.rollback())
-            return [first.id, second.id, third.id, many[0].id, many[-1].id]
+            scoped = async_scoped_session(
+                async_sessionmaker(aengine), scopefunc=asyncio.current_task
+            )
+            fourth = await task.asend(4, conn=scoped)
+            await (scoped.commit() if commit else scoped.rollback())
+            await scoped.remove()
+            return [first.id, second.id, third.id, fourth.id, many[0].id, many[-1].id]
         finally:
             await aengine.dispose()
 
     ids = asyncio.run(main())
-    assert [exists(app, i) for i in ids] == [commit] * 5
+    assert [exists(app, i) for i in ids] == [commit] * 6
     assert orders(engine) == ([1] if commit else [])
 
 
