@@ -80,9 +80,10 @@ def test_connection_transaction(app: Conveyor, engine, commit: bool) -> None:
         job = task.send(1, conn=c)
         many = task.send_many([(2,), (3,)], conn=c)
         batch = task.batch([(4,), (5,)], conn=c)
+        chain = app.chain(task.s(6), task.s(), conn=c)
         c.commit() if commit else c.rollback()
-    ids = [job.id, *(j.id for j in many)]
-    assert [exists(app, i) for i in ids] == [commit] * 3
+    ids = [job.id, *(j.id for j in many), chain.id]
+    assert [exists(app, i) for i in ids] == [commit] * 4
     assert exists(app, batch.id, batch=True) is commit
     assert orders(engine) == ([1] if commit else [])
 
