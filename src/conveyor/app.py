@@ -23,6 +23,7 @@ from . import serialize
 from .backends import open_backend, waits
 from .backends.interfaces import Backend
 from .batch import Batch
+from .connections import call_with
 from .cron import Periodic
 from .errors import ConfigError, DatabaseUnavailable, JobNotFound, SchemaError, SchemaTooNew
 from .flow import Chain, Step, start_chain
@@ -554,7 +555,13 @@ class Conveyor(ServingMixin):
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Job:
-        return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
+        """``enqueue`` off the event loop (``conn=`` as ``Task.asend`` takes it)."""
+        conn = options.pop("conn", None)
+
+        def enqueue(c: Any) -> Job:
+            return self.enqueue(task, args, kwargs, conn=c, **options)
+
+        return await call_with(conn, enqueue, warm=self.cached_task_settings)
 
     # -- jobs --------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job:

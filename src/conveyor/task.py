@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import itertools
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .connections import call_with
 from .encoding import MAX_DEPTH, TooDeep, argument_parts, check_depth, may_nest_over
 from .errors import BadArguments, ConfigError, SerializationError
 from .records import (
@@ -641,8 +641,15 @@ class Task:
         )
 
     async def asend(self, *args: Any, **kwargs: Any) -> Job:
-        """``send`` for async code: the database call runs in a thread."""
-        return await asyncio.to_thread(self.send, *args, **kwargs)
+        """``send`` for async code: the database call runs in a thread, or with an
+        async SQLAlchemy ``conn=`` (``AsyncSession``, ``AsyncConnection``) inside its
+        ``run_sync``, in the transaction it has open (see ``conveyor.connections``)."""
+        conn = kwargs.pop("conn", None)
+
+        def send(c: Any) -> Job:
+            return self.send(*args, conn=c, **kwargs)
+
+        return await call_with(conn, send, warm=self.app.cached_task_settings)
 
     def send_many(
         self, items: Iterable[Sequence[Any] | Mapping[str, Any]], **options: Any

@@ -33,6 +33,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ...connections import GreenletConnection
 from ...errors import ConfigError, DatabaseUnavailable
 from ...records import (
     Finalize,
@@ -982,7 +983,7 @@ class PostgresBackend(SqlBackend):
     def _tx(self, conn: Any = None) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor in a transaction: the caller's (``conn``) or our own from the pool."""
         if conn is not None:
-            if not isinstance(conn, psycopg.Connection):
+            if not isinstance(conn, psycopg.Connection | GreenletConnection):
                 raise ConfigError(
                     "conn= must be a psycopg (3) Connection for a PostgreSQL app, "
                     f"got {type(conn).__name__}"

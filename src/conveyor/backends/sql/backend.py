@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ...connections import dbapi_connection
 from ...records import (
     ActionRecord,
     ApiToken,
@@ -251,7 +252,7 @@ class SqlBackend(Backend):
         if not jobs:
             return []
         ts = self._now(now)
-        with self._tx(conn) as cur:
+        with self._tx(dbapi_connection(conn, self.name)) as cur:
 
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
                 return self._insert_rows(cur, subset, ts)
@@ -510,7 +511,7 @@ class SqlBackend(Backend):
         now: datetime | None = None,
     ) -> tuple[int, bool]:
         ts = self._now(now)
-        with self._tx(conn) as cur:
+        with self._tx(dbapi_connection(conn, self.name)) as cur:
             rows = self._batch_insert(
                 cur, name, task, len(jobs), ts, idempotency_key, on_complete_json
             )

@@ -21,6 +21,7 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
+from ...connections import GreenletConnection
 from ...errors import ConfigError, DatabaseUnavailable
 from ...records import (
     Finalize,
@@ -377,7 +378,7 @@ class SQLiteBackend(SqlBackend):
         return self._writer_lock
 
     def _check_caller_conn(self, conn: Any) -> None:
-        if not isinstance(conn, sqlite3.Connection):
+        if not isinstance(conn, sqlite3.Connection | GreenletConnection):
             raise ConfigError(
                 f"conn= must be a sqlite3.Connection for a SQLite app, got {type(conn).__name__}"
             )
