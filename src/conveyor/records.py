@@ -171,6 +171,9 @@ class BatchRecord:
     #: the on_complete job of the last closing, and its state
     callback_job_id: int | None = None
     callback_state: JobState | None = None
+    #: what a batch created under an idempotency key was asked for, hashed: a
+    #: repeat under the key must ask for the same (None: no key, or before v21)
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)

@@ -554,9 +554,12 @@ class Task:
 
         ``on_complete`` is a task called as ``on_complete(batch_id, counts)`` exactly
         once when the batch closes. An ``idempotency_key`` seen before returns the
-        existing batch and writes nothing. ``conn`` joins the caller's transaction.
+        existing batch and writes nothing, if that batch was asked for by the same
+        call (task, items, name, callback, options); for a different one it raises
+        ``KeyReused`` (a ``ConfigError``): a key names one batch. ``conn`` joins
+        the caller's transaction.
         """
-        from .batch import Batch
+        from .batch import Batch, batch_fingerprint, check_same_batch
 
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError(
@@ -599,6 +602,15 @@ class Task:
             )
             return Batch(self.app.get_batch(batch_id).record, True, self.app)
         inserts, _ = self._inserts(items, template)
+        fingerprint = None
+        if idempotency_key is not None:
+            asked = {
+                "name": name,
+                "on_complete": None if on_complete is None else on_complete.name,
+                "distinct_workers": distinct_workers,
+                "options": options,
+            }
+            fingerprint = batch_fingerprint(self.name, asked, inserts)
         batch_id, created = self.app.create_batch(
             name=name,
             task=self.name,
@@ -606,25 +618,37 @@ class Task:
             on_complete_json=callback,
             jobs=inserts,
             conn=conn,
+            fingerprint=fingerprint,
         )
         if conn is not None and created:
             # not committed yet: the batch is only visible inside the caller's transaction
-            record = BatchRecord(
-                id=batch_id,
-                name=name,
-                task=self.name,
-                total=len(inserts),
-                state=BatchState.RUNNING,
-                idempotency_key=idempotency_key,
-                on_complete=None,
-                closings=0,
-                counts=None,
-                created_at=datetime.now(UTC),
-                finished_at=None,
-                cancelled_at=None,
+            return Batch(
+                self._uncommitted(batch_id, name, len(inserts), idempotency_key), True, self.app
             )
-            return Batch(record, True, self.app)
-        return Batch(self.app.get_batch(batch_id).record, created, self.app)
+        batch = Batch(self.app.get_batch(batch_id).record, created, self.app)
+        if not created and fingerprint is not None:
+            check_same_batch(batch, fingerprint, self.name, len(inserts))
+        return batch
+
+    def _uncommitted(
+        self, batch_id: int, name: str | None, total: int, idempotency_key: str | None
+    ) -> BatchRecord:
+        """The record of a batch just written in the caller's transaction, which
+        no other connection can read yet."""
+        return BatchRecord(
+            id=batch_id,
+            name=name,
+            task=self.name,
+            total=total,
+            state=BatchState.RUNNING,
+            idempotency_key=idempotency_key,
+            on_complete=None,
+            closings=0,
+            counts=None,
+            created_at=datetime.now(UTC),
+            finished_at=None,
+            cancelled_at=None,
+        )
 
     def send_distinct(self, n: int, *args: Any, **kwargs: Any) -> Batch:
         """Run the same call on ``n`` different workers (a broadcast, a redundant

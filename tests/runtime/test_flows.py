@@ -7,7 +7,16 @@ import threading
 
 import pytest
 
-from conveyor import BadArguments, ChainFailed, NextStage, Permanent, chain, current_job
+from conveyor import (
+    BadArguments,
+    ChainFailed,
+    ConfigError,
+    NextStage,
+    Permanent,
+    chain,
+    current_job,
+)
+from conveyor.errors import KeyReused
 
 from .helpers import Running, wait_for
 
@@ -77,9 +86,19 @@ def test_idempotent_batch_creation_returns_the_first(app):
     def noop(i):
         return i
 
-    first = noop.batch([(1,), (2,)], idempotency_key="req-77")
-    again = noop.batch([(1,), (2,), (3,)], idempotency_key="req-77")
+    first = noop.batch([(1,), (2,)], idempotency_key="req-77", priority=3)
+    again = noop.batch([(1,), (2,)], idempotency_key="req-77", priority=3)
     assert again.id == first.id and again.created is False and again.total == 2
+    # the key names one batch: a repeat asking for another is refused, writing nothing
+    for items, options in [
+        ([(1,), (2,), (3,)], {"priority": 3}),
+        ([(1,), (9,)], {}),
+        ([(1,), (2,)], {}),
+    ]:
+        with pytest.raises(KeyReused, match=r"idempotency_key: 'req-77' was already used") as info:
+            noop.batch(items, idempotency_key="req-77", **options)
+        assert isinstance(info.value, ConfigError) and f"batch {first.id}" in str(info.value)
+    assert len(app.list_jobs()) == 2 and [b.id for b in app.list_batches()] == [first.id]
 
 
 def test_batch_cancel_and_retry_failed(app):

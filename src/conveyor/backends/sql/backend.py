@@ -508,11 +508,19 @@ class SqlBackend(Backend):
         jobs: Sequence[JobInsert],
         conn: Any = None,
         now: datetime | None = None,
+        fingerprint: str | None = None,
     ) -> tuple[int, bool]:
         ts = self._now(now)
         with self._tx(conn) as cur:
             rows = self._batch_insert(
-                cur, name, task, len(jobs), ts, idempotency_key, on_complete_json
+                cur,
+                name,
+                task,
+                len(jobs),
+                ts,
+                idempotency_key,
+                on_complete_json,
+                fingerprint=fingerprint,
             )
             if not rows:  # the key named an existing batch: return it, write nothing
                 found = self._q(cur, "batch_find_by_key", {"idempotency_key": idempotency_key})
@@ -531,6 +539,8 @@ class SqlBackend(Backend):
         ts: Any,
         idempotency_key: str | None,
         on_complete_json: str | None,
+        *,
+        fingerprint: str | None = None,
     ) -> list[Any]:
         """The batch row: its id, or no row when ``idempotency_key`` names one already."""
         params = {
@@ -539,6 +549,7 @@ class SqlBackend(Backend):
             "total": total,
             "now": ts,
             "idempotency_key": idempotency_key,
+            "fingerprint": fingerprint,
             "on_complete": on_complete_json,
         }
         return self._q(cur, "batch_insert", params)

@@ -410,9 +410,10 @@ WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running'
 -- name: batch_insert
 -- ON CONFLICT on the idempotency key: a request seen before returns no row,
 -- and the backend then returns the existing batch without inserting jobs.
-INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete, created_at,
-                              changed)
-VALUES (:name, :task, :total, 'running', :idempotency_key, {JSON(:on_complete)}, {NOW}, {CHANGE})
+INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, fingerprint,
+                              on_complete, created_at, changed)
+VALUES (:name, :task, :total, 'running', :idempotency_key, :fingerprint, {JSON(:on_complete)},
+        {NOW}, {CHANGE})
 ON CONFLICT DO NOTHING
 RETURNING id
 

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from ... import serialize
 from ...app import Conveyor
 from ...encoding import with_headers
-from ...errors import ConfigError, Conflict
+from ...errors import ConfigError, Conflict, KeyReused
 from ...job import Job
 from ...records import ApiToken, JobState
 from ..auth import ADMIN, PRODUCER, READ, requires
@@ -272,11 +272,7 @@ def check_same_request(job: Job, body: JobCreate, fingerprint: str, source: str)
         same = (job.task, job.args, job.kwargs) == (body.task, body.args, body.kwargs)
     if not same:
         name = "Idempotency-Key" if source == "header" else "idempotency_key"
-        raise ConfigError(
-            f"{name}: {job.idempotency_key!r} was already used by a different request (job "
-            f"{job.id}, task {job.task!r}); a key names one request: retry it unchanged, or "
-            "send this one under a new key"
-        )
+        raise KeyReused(job.idempotency_key or "", f"job {job.id}, task {job.task!r}", name=name)
 
 
 def page(key: str, items: list[Any], limit: int, last_id: int, *more: object) -> dict[str, Any]:
