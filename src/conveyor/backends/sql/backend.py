@@ -70,8 +70,9 @@ _FILTER_FIELDS = (
     "search",
     "due_before",
     "unpaused",
+    "idempotency_keys",
 )
-_LIST_FIELDS = frozenset({"ids", "queues", "tasks", "states"})
+_LIST_FIELDS = frozenset({"ids", "queues", "tasks", "states", "idempotency_keys"})
 _TIME_FIELDS = frozenset(
     {"created_after", "created_before", "finished_after", "finished_before", "due_before"}
 )

@@ -45,6 +45,8 @@ state {IN(:f_states)}
 stage = :f_stage
 -- name: filter_tenant
 tenant = :f_tenant
+-- name: filter_idempotency_keys
+idempotency_key {IN(:f_idempotency_keys)}
 -- name: filter_batch_id
 batch_id = :f_batch_id
 -- name: filter_created_after
