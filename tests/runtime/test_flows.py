@@ -101,6 +101,27 @@ def test_idempotent_batch_creation_returns_the_first(app):
     assert len(app.list_jobs()) == 2 and [b.id for b in app.list_batches()] == [first.id]
 
 
+def test_a_batch_keyed_before_fingerprints_is_compared_on_task_and_size(app):
+    from tests.backend.helpers import ins
+
+    @app.task
+    def noop(i):
+        return i
+
+    # as a batch written before schema v21 is: a key, no fingerprint
+    old, _ = app.backend.batch_create(
+        name=None,
+        task=noop.name,
+        idempotency_key="before-v21",
+        on_complete_json=None,
+        jobs=[ins(task=noop.name, queue="default", args=[i]) for i in range(2)],
+    )
+    again = noop.batch([(7,), (8,)], idempotency_key="before-v21")
+    assert (again.id, again.created, again.record.fingerprint) == (old, False, None)
+    with pytest.raises(KeyReused, match=f"batch {old}, task 'noop', 2 items"):
+        noop.batch([(7,)], idempotency_key="before-v21")
+
+
 def test_batch_cancel_and_retry_failed(app):
     flaky_ok = threading.Event()
 
