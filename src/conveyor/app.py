@@ -986,8 +986,10 @@ class Conveyor(ServingMixin):
         on_complete_json: str | None,
         jobs: Sequence[JobInsert],
         conn: Any = None,
+        fingerprint: str | None = None,
     ) -> tuple[int, bool]:
-        """The batch row and its jobs in one transaction (``Task.batch`` builds them)."""
+        """The batch row and its jobs in one transaction (``Task.batch`` builds them,
+        and the ``fingerprint`` of what it was asked for, kept with the key)."""
         jobs = self._settle(jobs)
         if self.middleware:
             jobs = run_enqueue_hooks(self.middleware, list(jobs))
@@ -998,6 +1000,7 @@ class Conveyor(ServingMixin):
             on_complete_json=on_complete_json,
             jobs=jobs,
             conn=conn,
+            fingerprint=fingerprint,
         )
 
     def create_batch_stream(

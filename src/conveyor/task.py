@@ -232,6 +232,17 @@ def parse_rate(spec: str) -> float:
     return rate
 
 
+def _callback_json(on_complete: Task | None) -> str | None:
+    """A batch's ``on_complete`` task as the job template kept to call it, once
+    its handler is known to take ``(batch_id, counts)``."""
+    if on_complete is None:
+        return None
+    if not isinstance(on_complete, Task):
+        raise ConfigError(f"on_complete must be a task, got {type(on_complete).__name__}")
+    on_complete.check_args((0, {}), {})  # it will be called as (batch_id, counts)
+    return json.dumps(on_complete.template()._asdict())
+
+
 def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
     return encode_json(
         f"arguments of task {task!r}",
@@ -554,9 +565,12 @@ class Task:
 
         ``on_complete`` is a task called as ``on_complete(batch_id, counts)`` exactly
         once when the batch closes. An ``idempotency_key`` seen before returns the
-        existing batch and writes nothing. ``conn`` joins the caller's transaction.
+        existing batch and writes nothing, if that batch was asked for by the same
+        call (task, items, name, callback, options); for a different one it raises
+        ``KeyReused`` (a ``ConfigError``): a key names one batch. ``conn`` joins
+        the caller's transaction.
         """
-        from .batch import Batch
+        from .batch import Batch, batch_fingerprint, check_same_batch
 
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError(
@@ -566,12 +580,7 @@ class Task:
         _check_options(idempotency_key=idempotency_key)
         if name is not None and not isinstance(name, str):
             raise ConfigError(f"batch name must be a string, got {name!r}")
-        callback = None
-        if on_complete is not None:
-            if not isinstance(on_complete, Task):
-                raise ConfigError(f"on_complete must be a task, got {type(on_complete).__name__}")
-            on_complete.check_args((0, {}), {})  # it will be called as (batch_id, counts)
-            callback = json.dumps(on_complete.template()._asdict())
+        callback = _callback_json(on_complete)
         template = self.template(**options)
         if distinct_workers:  # each job of this batch on a different worker
             template = template._replace(spread_group=f"batch:{uuid.uuid4().hex}")
@@ -581,24 +590,17 @@ class Task:
             and not self.app.middleware
             and self._plain(template)
         ):
-            # No keys, no limits, no hooks: the jobs are made in chunks once the
-            # batch row is written (with its id), and the backend may write one
-            # while the next is made (PostgreSQL: COPY).
-            listed = list(items)
-
-            def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
-                made = template._replace(batch_id=batch_id)
-                return (inserts for inserts, _ in self._chunks(listed, made))
-
-            batch_id = self.app.create_batch_stream(
-                name=name,
-                task=self.name,
-                on_complete_json=callback,
-                total=len(listed),
-                chunks=chunks,
-            )
-            return Batch(self.app.get_batch(batch_id).record, True, self.app)
+            return self._batch_stream(list(items), template, name, callback)
         inserts, _ = self._inserts(items, template)
+        fingerprint = None
+        if idempotency_key is not None:
+            asked = {
+                "name": name,
+                "on_complete": None if on_complete is None else on_complete.name,
+                "distinct_workers": distinct_workers,
+                "options": options,
+            }
+            fingerprint = batch_fingerprint(self.name, asked, inserts)
         batch_id, created = self.app.create_batch(
             name=name,
             task=self.name,
@@ -606,25 +608,58 @@ class Task:
             on_complete_json=callback,
             jobs=inserts,
             conn=conn,
+            fingerprint=fingerprint,
         )
         if conn is not None and created:
             # not committed yet: the batch is only visible inside the caller's transaction
-            record = BatchRecord(
-                id=batch_id,
-                name=name,
-                task=self.name,
-                total=len(inserts),
-                state=BatchState.RUNNING,
-                idempotency_key=idempotency_key,
-                on_complete=None,
-                closings=0,
-                counts=None,
-                created_at=datetime.now(UTC),
-                finished_at=None,
-                cancelled_at=None,
+            return Batch(
+                self._uncommitted(batch_id, name, len(inserts), idempotency_key), True, self.app
             )
-            return Batch(record, True, self.app)
-        return Batch(self.app.get_batch(batch_id).record, created, self.app)
+        batch = Batch(self.app.get_batch(batch_id).record, created, self.app)
+        if not created and fingerprint is not None:
+            check_same_batch(batch, fingerprint, self.name, len(inserts))
+        return batch
+
+    def _batch_stream(
+        self, listed: list[Any], template: JobInsert, name: str | None, callback: str | None
+    ) -> Batch:
+        """No keys, no limits, no hooks: the jobs are made in chunks once the
+        batch row is written (with its id), and the backend may write one while
+        the next is made (PostgreSQL: COPY)."""
+        from .batch import Batch
+
+        def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
+            made = template._replace(batch_id=batch_id)
+            return (inserts for inserts, _ in self._chunks(listed, made))
+
+        batch_id = self.app.create_batch_stream(
+            name=name,
+            task=self.name,
+            on_complete_json=callback,
+            total=len(listed),
+            chunks=chunks,
+        )
+        return Batch(self.app.get_batch(batch_id).record, True, self.app)
+
+    def _uncommitted(
+        self, batch_id: int, name: str | None, total: int, idempotency_key: str | None
+    ) -> BatchRecord:
+        """The record of a batch just written in the caller's transaction, which
+        no other connection can read yet."""
+        return BatchRecord(
+            id=batch_id,
+            name=name,
+            task=self.name,
+            total=total,
+            state=BatchState.RUNNING,
+            idempotency_key=idempotency_key,
+            on_complete=None,
+            closings=0,
+            counts=None,
+            created_at=datetime.now(UTC),
+            finished_at=None,
+            cancelled_at=None,
+        )
 
     def send_distinct(self, n: int, *args: Any, **kwargs: Any) -> Batch:
         """Run the same call on ``n`` different workers (a broadcast, a redundant
