@@ -14,10 +14,18 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from . import serialize
 from .backends import open_backend, waits
@@ -47,7 +55,7 @@ from .records import (
 )
 from .retry import Backoff
 from .serving import SENSITIVE_SCHEMA, ServingMixin
-from .task import Task, TaskDefaults, check_queue_name
+from .task import P, R, Task, TaskDecorator, TaskDefaults, check_queue_name
 from .waiter import ChangeWaiter
 
 log = logging.getLogger("conveyor")
@@ -240,7 +248,10 @@ class Conveyor(ServingMixin):
 
     # -- tasks -------------------------------------------------------------------------
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
+    def task(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -262,7 +273,7 @@ class Conveyor(ServingMixin):
         pinned_to: Sequence[str] | str | None = None,
         tenant_key: str | Callable[..., str] | None = None,
         sensitive: Sequence[str] = (),
-    ) -> Callable[[Callable[..., Any]], Task]: ...
+    ) -> TaskDecorator: ...
 
     def task(  # type: ignore[misc]  # mypy misjudges a defaulted positional-only fn here
         self,
@@ -285,7 +296,7 @@ class Conveyor(ServingMixin):
         pinned_to: Sequence[str] | str | None = None,
         tenant_key: str | Callable[..., str] | None = None,
         sensitive: Sequence[str] = (),
-    ) -> Task | Callable[[Callable[..., Any]], Task]:
+    ) -> Task | TaskDecorator:
         """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
 
         ``retry_on``: exceptions that are retried; any other exception, or
@@ -344,7 +355,8 @@ class Conveyor(ServingMixin):
                 self.hide_arguments(task_name, hidden)
             return t
 
-        return register(fn) if fn is not None else register
+        # register is the decorator TaskDecorator describes (typed by the handler)
+        return register(fn) if fn is not None else cast(TaskDecorator, register)
 
     def get_task(self, name: str) -> Task | None:
         return self.tasks.get(name)
