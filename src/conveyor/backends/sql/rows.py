@@ -127,10 +127,7 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
         cancel_requested,
     ) = values
     problems: list[str] = []
-    args = _read("args", args_json, problems) or {}
-    if not isinstance(args, dict):
-        problems.append("args: not an arguments document")
-        args = {}
+    args = _arguments(args_json, problems)
     return frozen_record(
         JobRecord,
         {
@@ -172,6 +169,16 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
             "unreadable": "; ".join(problems) if problems else None,
         },
     )
+
+
+def _arguments(text: str | None, problems: list[str]) -> dict[str, Any]:
+    """A job's arguments document (``args``, ``kwargs``, ``headers``), or an empty
+    one with what is wrong with it added to ``problems`` (see ``_read``)."""
+    args = _read("args", text, problems) or {}
+    if not isinstance(args, dict):
+        problems.append("args: not an arguments document")
+        return {}
+    return args
 
 
 def _read(name: str, text: str | None, problems: list[str]) -> Any:
