@@ -47,7 +47,6 @@ from ...errors import ConfigError, DatabaseUnavailable
 from ...records import (
     Finalize,
     Heartbeat,
-    Inserted,
     JobInsert,
     JobRecord,
     JobState,
@@ -412,13 +411,14 @@ class MySQLBackend(SqlBackend):
         failed: Exception = exc
         return failed
 
-    def _retry(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` (one whole transaction of ours) again after a deadlock or a
-        lock wait timeout, a bounded number of times, with jittered backoff."""
+    def _retrying(self, run: Callable[[], T]) -> T:
+        """Run ``run`` (one whole transaction of ours) again after a deadlock or a
+        lock wait timeout, a bounded number of times, with jittered backoff: the
+        hook the shared operations go through (``retried``), and our own."""
         delay = 0.005
         for attempt in range(MAX_RETRIES + 1):
             try:
-                return fn()
+                return run()
             except pymysql.err.OperationalError as exc:
                 if _code(exc) not in RETRYABLE or attempt == MAX_RETRIES:
                     raise
@@ -506,7 +506,7 @@ class MySQLBackend(SqlBackend):
                     cur.execute(text, self._stamped(cur, text, params))
                     return list(cur.fetchall()) if cur.description else []
 
-            return self._retry(write)
+            return self._retrying(write)
 
         def run() -> list[Any]:
             try:
@@ -522,13 +522,13 @@ class MySQLBackend(SqlBackend):
             except pymysql.err.InterfaceError as exc:
                 raise self._fail(exc) from exc
 
-        return self._retry(run)
+        return self._retrying(run)
 
     @contextmanager
     def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
         """One horizon for every read: numbers below it are all committed, so
         statements that each see the latest commits agree up to it."""
-        horizon = self._retry(self._horizon)
+        horizon = self._retrying(self._horizon)
 
         def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
             return self._rows(name, {**params, "horizon": horizon}, sql=sql)
@@ -540,7 +540,7 @@ class MySQLBackend(SqlBackend):
             with self._tx() as cur:
                 return self._qc(cur, name, params)
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def _stamped(self, cur: Any, sql: str, params: dict[str, Any] | None) -> dict[str, Any]:
         params = dict(params or {})
@@ -646,20 +646,6 @@ class MySQLBackend(SqlBackend):
     def _list(self, values: Sequence[Any]) -> Any:
         return tuple(values) if values else (None,)
 
-    # -- retried operations --------------------------------------------------------------
-    # Each of these is one transaction of ours: after a deadlock it runs again whole.
-    def job_insert_many(
-        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
-    ) -> list[Inserted]:
-        if conn is not None:
-            return super().job_insert_many(jobs=jobs, conn=conn, now=now)
-        return self._retry(lambda: super(MySQLBackend, self).job_insert_many(jobs=jobs, now=now))
-
-    def batch_create(self, **kw: Any) -> tuple[int, bool]:
-        if kw.get("conn") is not None:
-            return super().batch_create(**kw)
-        return self._retry(lambda: super(MySQLBackend, self).batch_create(**kw))
-
     # -- the hot paths ---------------------------------------------------------------------
     def _insert_rows(
         self, cur: Any, jobs: Sequence[JobInsert], now: Any
@@ -716,13 +702,13 @@ class MySQLBackend(SqlBackend):
         free = [q for q in queues if q not in limits]
         rows: list[Any] = []
         if free:  # the fast path: SKIP LOCKED, no limits to respect
-            rows = self._retry(lambda: self._claim_free(free, base, limit))
+            rows = self._retrying(lambda: self._claim_free(free, base, limit))
         for queue in (q for q in queues if q in limits):
             if len(rows) >= limit:
                 break
             room = limit - len(rows)
             lim = limits[queue]
-            rows += self._retry(
+            rows += self._retrying(
                 lambda q=queue, n=room, lim=lim: self._claim_limited(q, lim, base, n, tags)  # type: ignore[misc]
             )
         jobs = [self._job(r) for r in rows]
@@ -883,7 +869,7 @@ class MySQLBackend(SqlBackend):
         if not outcomes:
             return []
         firsts = first_outcomes(outcomes)
-        return self._retry(lambda: self._finalize(worker_id, firsts, self._now(now)))
+        return self._retrying(lambda: self._finalize(worker_id, firsts, self._now(now)))
 
     def _finalize(self, worker_id: str, outcomes: Sequence[Finalize], ts: Any) -> list[int]:
         accepted: list[int] = []
@@ -1006,7 +992,7 @@ class MySQLBackend(SqlBackend):
                     self._wake(cur, sorted({r["queue"] for r in rows}))
             return released
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def worker_heartbeat(self, *, worker: WorkerInfo, now: datetime | None = None) -> Heartbeat:
         ts = self._now(now)
@@ -1038,7 +1024,7 @@ class MySQLBackend(SqlBackend):
                 resurrected=bool(me["inserted"]),
             )
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def job_rescue(
         self, *, worker_ttl_s: float, limit: int = 1000, now: datetime | None = None
@@ -1096,7 +1082,7 @@ class MySQLBackend(SqlBackend):
                 self._wake(cur, sorted(hints))
             return RescueResult(requeued=requeued, failed=failed)
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
         ts = self._now(now)
@@ -1110,7 +1096,7 @@ class MySQLBackend(SqlBackend):
                     self._wake(cur, sorted({r["queue"] for r in rows}))
             return len(rows)
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def job_age_priorities(
         self,
@@ -1134,7 +1120,7 @@ class MySQLBackend(SqlBackend):
                     )
             return len(rows)
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def counts_fold(self) -> None:
         self._fold(
@@ -1167,7 +1153,7 @@ class MySQLBackend(SqlBackend):
                     self._qc(cur, delete, {"ids": self._list(list(ids))})
             return len(rows)
 
-        while self._retry(run) >= 10000:
+        while self._retrying(run) >= 10000:
             pass
 
 
@@ -1214,42 +1200,3 @@ def _dict_cursor(conn: Any) -> Any:
 
         return importlib.import_module("MySQLdb.cursors").DictCursor
     return pymysql.cursors.DictCursor
-
-
-# Operations of the shared backend that are one transaction of ours each: retried
-# whole after a deadlock or a lock wait timeout.
-_RETRIED = (
-    "job_retry_many",
-    "job_cancel_many",
-    "job_delete_many",
-    "job_prune",
-    "worker_request_stop",
-    "leader_attempt_elect",
-    "queue_set_paused",
-    "queue_set_limit",
-    "queue_set_rate",
-    "batch_cancel",
-    "batch_close",
-    "job_chain_append",
-    "job_chain_advance",
-    "cron_first_seen",
-    "token_insert",
-    "action_insert",
-    "action_update",
-    "task_settings_set",
-)
-
-
-def _retried(name: str) -> Callable[..., Any]:
-    shared = getattr(SqlBackend, name)
-
-    def method(self: MySQLBackend, *args: Any, **kwargs: Any) -> Any:
-        return self._retry(lambda: shared(self, *args, **kwargs))
-
-    method.__name__ = name
-    method.__doc__ = shared.__doc__
-    return method
-
-
-for _name in _RETRIED:
-    setattr(MySQLBackend, _name, _retried(_name))
