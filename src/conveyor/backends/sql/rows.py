@@ -127,7 +127,8 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
         cancel_requested,
     ) = values
     problems: list[str] = []
-    args = _arguments(args_json, problems)
+    if not isinstance(args := _read("args", args_json, problems) or {}, dict):
+        args = _not_arguments(problems)
     return frozen_record(
         JobRecord,
         {
@@ -171,14 +172,11 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
     )
 
 
-def _arguments(text: str | None, problems: list[str]) -> dict[str, Any]:
-    """A job's arguments document (``args``, ``kwargs``, ``headers``), or an empty
-    one with what is wrong with it added to ``problems`` (see ``_read``)."""
-    args = _read("args", text, problems) or {}
-    if not isinstance(args, dict):
-        problems.append("args: not an arguments document")
-        return {}
-    return args
+def _not_arguments(problems: list[str]) -> dict[str, Any]:
+    """What a job whose ``args`` column holds JSON but no arguments document is
+    read with: no arguments, and why (the rare path, out of ``_job``'s way)."""
+    problems.append("args: not an arguments document")
+    return {}
 
 
 def _read(name: str, text: str | None, problems: list[str]) -> Any:
