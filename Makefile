@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-django bench lint types docs check clean
+.PHONY: help install demo test test-django test-versions bench lint types docs check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-9s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ test-django: install ## the Django integration tests alone (.venv-django, Python
 	myurl=$$(PYTHON=$(PY) bash scripts/ensure-mysql.sh) || exit 1; \
 	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl bash scripts/test-django.sh
 
+test-versions: ## the SQLite part of the suite on Python 3.12 and 3.13 (.venv-3.12, .venv-3.13)
+	bash scripts/test-versions.sh $(PYTEST_ARGS)
+
 bench: install ## benchmarks: Conveyor (SQLite, PostgreSQL; MariaDB in `conveyor bench`) beside PgQueuer
 	bash bench/run.sh
 
@@ -54,4 +57,4 @@ docs: install ## build the documentation site into site/ (strict: a broken link 
 check: lint types docs ## lint, types and the docs build (CI runs this, then make test)
 
 clean: ## remove the virtualenv and caches
-	rm -rf $(VENV) .venv-django .pytest_cache .ruff_cache src/*.egg-info site docs/reference/openapi.json
+	rm -rf $(VENV) .venv-django .venv-3.12 .venv-3.13 .pytest_cache .ruff_cache src/*.egg-info site docs/reference/openapi.json

@@ -46,6 +46,7 @@ def _pg_base() -> str:
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A database of our own for this run, dropped afterwards."""
+    _selected("postgres")
     base = _pg_base()
     name = f"conveyor_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(base, autocommit=True) as conn:
@@ -81,6 +82,7 @@ def _mysql_connect(url: str, database: str | None = None) -> pymysql.connections
 @pytest.fixture(scope="session")
 def mysql_base() -> str:
     """A MySQL/MariaDB server we can create databases on (checked once per run)."""
+    _selected("mysql")
     url = os.environ.get(MYSQL_ENV, MYSQL_DEFAULT)
     try:
         _mysql_connect(url).close()
@@ -99,8 +101,20 @@ def mysql_database_url(base: str, name: str) -> str:
     return f"{parts}/{name}"
 
 
+DATABASES_ENV = "CONVEYOR_TEST_DATABASES"
+
+
+def _selected(kind: str) -> None:
+    """Skip unless ``kind`` is among $CONVEYOR_TEST_DATABASES (all three when
+    unset): `make test-versions` runs the SQLite part alone on other Pythons."""
+    chosen = os.environ.get(DATABASES_ENV)
+    if chosen and kind not in chosen.split(","):
+        pytest.skip(f"{kind} is not among {DATABASES_ENV}={chosen}")
+
+
 @pytest.fixture(params=["sqlite", "postgres", "mysql"])
 def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    _selected(request.param)
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'conveyor.db'}"
         return

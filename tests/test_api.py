@@ -65,6 +65,31 @@ def test_asend_and_send_many(app, send_email):
         send_email.send_many(["not-a-tuple"])
 
 
+def test_options_bind_send_options_to_a_task(app, send_email):
+    """``task.options(...)``: the typed way to pass send options. They apply to
+    ``send``, ``asend`` and ``s`` as keywords of ``send`` do, a bad one is refused
+    when named, and ``conn`` joins the caller's transaction."""
+    urgent = send_email.options(priority=7, queue="urgent", max_attempts=2)
+    job = urgent.send("a@b.c", body="now")
+    later = asyncio.run(urgent.asend("d@e.f"))
+    step = urgent.s("g@h.i")
+    for got in (app.get_job(job.id), app.get_job(later.id)):
+        assert (got.priority, got.queue, got.max_attempts) == (7, "urgent", 2)
+    assert app.get_job(job.id).kwargs == {"body": "now"}
+    assert step.options == {"priority": 7, "queue": "urgent", "max_attempts": 2}
+    assert send_email.options(priority=1).send("x", priority=3).priority == 3
+    with pytest.raises(ConfigError, match="max_attempts"):
+        send_email.options(max_attempts=0)
+    conn = _connect(app)
+    try:
+        kept = send_email.options(conn=conn).send("in@tx.c")
+        conn.rollback()
+    finally:
+        conn.close()
+    with pytest.raises(JobNotFound):
+        app.get_job(kept.id)
+
+
 #: a job's fields that a read gives back as they were sent (not id, args, times)
 _SENT_FIELDS = (
     "queue", "task", "state", "priority", "max_attempts", "timeout", "backoff",

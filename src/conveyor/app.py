@@ -14,15 +14,24 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from . import serialize
 from .backends import open_backend, waits
 from .backends.interfaces import Backend
 from .batch import Batch
+from .connections import call_with
 from .cron import Periodic
 from .errors import ConfigError, DatabaseUnavailable, JobNotFound, SchemaError, SchemaTooNew
 from .flow import Chain, Step, start_chain
@@ -46,7 +55,7 @@ from .records import (
 )
 from .retry import Backoff
 from .serving import SENSITIVE_SCHEMA, ServingMixin
-from .task import Task, TaskDefaults, check_queue_name
+from .task import P, R, Task, TaskDecorator, TaskDefaults, check_queue_name
 from .waiter import ChangeWaiter
 
 log = logging.getLogger("conveyor")
@@ -239,7 +248,10 @@ class Conveyor(ServingMixin):
 
     # -- tasks -------------------------------------------------------------------------
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
+    def task(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -261,7 +273,7 @@ class Conveyor(ServingMixin):
         pinned_to: Sequence[str] | str | None = None,
         tenant_key: str | Callable[..., str] | None = None,
         sensitive: Sequence[str] = (),
-    ) -> Callable[[Callable[..., Any]], Task]: ...
+    ) -> TaskDecorator: ...
 
     def task(  # type: ignore[misc]  # mypy misjudges a defaulted positional-only fn here
         self,
@@ -284,7 +296,7 @@ class Conveyor(ServingMixin):
         pinned_to: Sequence[str] | str | None = None,
         tenant_key: str | Callable[..., str] | None = None,
         sensitive: Sequence[str] = (),
-    ) -> Task | Callable[[Callable[..., Any]], Task]:
+    ) -> Task | TaskDecorator:
         """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
 
         ``retry_on``: exceptions that are retried; any other exception, or
@@ -343,7 +355,8 @@ class Conveyor(ServingMixin):
                 self.hide_arguments(task_name, hidden)
             return t
 
-        return register(fn) if fn is not None else register
+        # register is the decorator TaskDecorator describes (typed by the handler)
+        return register(fn) if fn is not None else cast(TaskDecorator, register)
 
     def get_task(self, name: str) -> Task | None:
         return self.tasks.get(name)
@@ -554,7 +567,13 @@ class Conveyor(ServingMixin):
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Job:
-        return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
+        """``enqueue`` off the event loop (``conn=`` as ``Task.asend`` takes it)."""
+        conn = options.pop("conn", None)
+
+        def enqueue(c: Any) -> Job:
+            return self.enqueue(task, args, kwargs, conn=c, **options)
+
+        return await call_with(conn, enqueue, warm=self.cached_task_settings)
 
     # -- jobs --------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job:
@@ -979,8 +998,10 @@ class Conveyor(ServingMixin):
         on_complete_json: str | None,
         jobs: Sequence[JobInsert],
         conn: Any = None,
+        fingerprint: str | None = None,
     ) -> tuple[int, bool]:
-        """The batch row and its jobs in one transaction (``Task.batch`` builds them)."""
+        """The batch row and its jobs in one transaction (``Task.batch`` builds them,
+        and the ``fingerprint`` of what it was asked for, kept with the key)."""
         jobs = self._settle(jobs)
         if self.middleware:
             jobs = run_enqueue_hooks(self.middleware, list(jobs))
@@ -991,6 +1012,7 @@ class Conveyor(ServingMixin):
             on_complete_json=on_complete_json,
             jobs=jobs,
             conn=conn,
+            fingerprint=fingerprint,
         )
 
     def create_batch_stream(

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .errors import KeyReused
 from .job import Job
-from .records import FINISHED_STATES, WAITING_STATES, BatchRecord, BatchState, JobState
+from .records import (
+    FINISHED_STATES,
+    WAITING_STATES,
+    BatchRecord,
+    BatchState,
+    JobInsert,
+    JobState,
+)
 
 if TYPE_CHECKING:
     from .app import Conveyor
@@ -153,3 +163,31 @@ class Batch:
         """Give each failed job one more attempt and reopen the batch; its callback
         runs again when it closes again. Returns jobs retried."""
         return self.app.retry_batch_failed(self.id)
+
+
+def batch_fingerprint(task: str, asked: Mapping[str, Any], inserts: Sequence[JobInsert]) -> str:
+    """What a batch call asked for, as a hash: the task, ``asked`` (its name,
+    callback and send options as given) and every item's encoded arguments, in
+    order. The options as given, not the job template they make: a ``run_at``
+    becomes a delay from now, different on every call."""
+    head = json.dumps({"task": task, **asked}, sort_keys=True, default=str, separators=(",", ":"))
+    digest = hashlib.sha256(head.encode("utf-8", "surrogatepass"))
+    for insert in inserts:
+        digest.update(b"\n")
+        digest.update(insert.args_json.encode("utf-8", "surrogatepass"))
+    return "sha256:" + digest.hexdigest()
+
+
+def check_same_batch(batch: Batch, fingerprint: str, task: str, total: int) -> None:
+    """``KeyReused`` unless the batch an idempotency key named was asked for by
+    this same call (a retry), over HTTP or from Python: a key names one batch.
+    One created without a fingerprint (before schema v21) is compared on its
+    task and size, all it kept of the request."""
+    record = batch.record
+    if record.fingerprint is not None:
+        same = record.fingerprint == fingerprint
+    else:
+        same = (record.task, record.total) == (task, total)
+    if not same:
+        made = f"batch {record.id}, task {record.task!r}, {record.total} items"
+        raise KeyReused(record.idempotency_key or "", made)

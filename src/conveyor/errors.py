@@ -11,6 +11,25 @@ class ConfigError(ConveyorError):
     """A setting, URL or argument is invalid."""
 
 
+class KeyReused(ConfigError):
+    """An idempotency key already named a different request. A key names one
+    request, as payment APIs have it: a repeat asking for something else is an
+    error, not the first request's answer. ``made``: what the key named (``job 7,
+    task 'add'``); ``named`` words the error for where the key came from (the
+    ``Idempotency-Key`` header over HTTP)."""
+
+    def __init__(self, key: str, made: str, *, name: str = "idempotency_key") -> None:
+        super().__init__(
+            f"{name}: {key!r} was already used by a different request ({made}); a key "
+            "names one request: retry it unchanged, or send this one under a new key"
+        )
+        self.key = key
+        self.made = made
+
+    def named(self, name: str) -> KeyReused:
+        return KeyReused(self.key, self.made, name=name)
+
+
 class DatabaseUnavailable(ConveyorError):
     """The database could not be reached.
 

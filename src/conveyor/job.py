@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, cast
+
+from typing_extensions import TypeVar
 
 from .records import Attempt, JobRecord, JobState, frozen_record
 
@@ -11,13 +13,16 @@ if TYPE_CHECKING:
     from .app import Conveyor
     from .flow import Chain
 
+#: the result type of the job's handler (``Job[int]``); a bare ``Job`` is ``Job[Any]``
+R = TypeVar("R", default=Any)
+
 __all__ = ["Attempt", "Job", "JobState"]
 
 _RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
 
 
 @dataclass(frozen=True)
-class Job(JobRecord):
+class Job(JobRecord, Generic[R]):
     """A job, fresh from the database at the moment it was read.
 
     ``app.get_job(job.id)`` (or ``job.refresh()``) reads it again.
@@ -27,6 +32,10 @@ class Job(JobRecord):
 
     created: bool = True
     _app: Conveyor | None = field(default=None, repr=False, compare=False)
+    if TYPE_CHECKING:
+        #: what the handler returned (``R``, its return type, as JSON gives it
+        #: back: a tuple comes back a list); None until the job succeeds
+        result: R | None = None
 
     @classmethod
     def of(cls, record: JobRecord, app: Conveyor | None, created: bool = True) -> Job:
@@ -73,11 +82,11 @@ class Job(JobRecord):
             )
         return self._app
 
-    def refresh(self) -> Job:
+    def refresh(self) -> Job[R]:
         """The same job, read again from the database."""
         return self._require_app().get_job(self.id)
 
-    def wait(self, timeout: float | None = None) -> Job:
+    def wait(self, timeout: float | None = None) -> Job[R]:
         """Block until the job is finished (succeeded, failed or cancelled); return it.
 
         Raises ``TimeoutError`` if it is not finished within ``timeout`` seconds.
@@ -85,17 +94,17 @@ class Job(JobRecord):
         """
         return self._require_app().wait_job(self.id, timeout=timeout)
 
-    async def await_result(self, timeout: float | None = None) -> Any:
+    async def await_result(self, timeout: float | None = None) -> R:
         """``await job.await_result()``: wait without blocking the event loop and
         return the result; raises ``JobFailed`` if the job failed or was cancelled."""
-        return await self._require_app().await_result(self.id, timeout=timeout)
+        return cast("R", await self._require_app().await_result(self.id, timeout=timeout))
 
-    def result_or_raise(self) -> Any:
+    def result_or_raise(self) -> R:
         """The result of a succeeded job; ``JobFailed`` for a failed or cancelled one."""
         from .errors import JobFailed
 
         if self.state == JobState.SUCCEEDED:
-            return self.result
+            return cast("R", self.result)
         if self.state.finished:
             raise JobFailed(f"job {self.id} ({self.task}) {self.state}: {self.error}")
         raise RuntimeError(f"job {self.id} is still {self.state}")

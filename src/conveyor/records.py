@@ -171,6 +171,9 @@ class BatchRecord:
     #: the on_complete job of the last closing, and its state
     callback_job_id: int | None = None
     callback_state: JobState | None = None
+    #: what a batch created under an idempotency key was asked for, hashed: a
+    #: repeat under the key must ask for the same (None: no key, or before v21)
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -389,9 +392,11 @@ class JobFilter:
     due_before: datetime | None = None
     #: True: only jobs of queues that are not paused
     unpaused: bool | None = None
+    #: jobs sent under one of these idempotency keys
+    idempotency_keys: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ids", "queues", "tasks", "states"):
+        for name in ("ids", "queues", "tasks", "states", "idempotency_keys"):
             object.__setattr__(self, name, _tuple(getattr(self, name), name))
         if self.states is not None:
             try:

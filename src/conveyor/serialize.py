@@ -93,8 +93,10 @@ def attempt(record: Attempt) -> dict[str, Any]:
 def batch(record: BatchRecord, progress: dict[str, Any] | None = None) -> dict[str, Any]:
     """A batch. ``on_complete`` is the name of the task it calls when it closes, as
     ``POST /v1/batches`` takes it (and the CLI shows it), not the job template
-    kept to enqueue that call."""
-    data = {f.name: plain(getattr(record, f.name)) for f in fields(record)}
+    kept to enqueue that call. Its request fingerprint stays inside, as a job's does."""
+    data = {
+        f.name: plain(getattr(record, f.name)) for f in fields(record) if f.name != "fingerprint"
+    }
     data["on_complete"] = (record.on_complete or {}).get("task")
     if progress is not None:
         data["progress"] = plain(progress)

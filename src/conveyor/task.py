@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import itertools
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, Unpack, cast, overload
 
+from typing_extensions import ParamSpec, TypeVar
+
+from .connections import call_with
 from .encoding import MAX_DEPTH, TooDeep, argument_parts, check_depth, may_nest_over
 from .errors import BadArguments, ConfigError, SerializationError
 from .records import (
@@ -85,6 +87,34 @@ SEND_OPTIONS = frozenset(
         "run_at",
     }
 )
+#: the handler's parameters and result: ``Task[P, R]``, ``Job[R]``. Their
+#: defaults (any parameters, any result) keep a bare ``Task`` or ``Job`` meaning
+#: what it meant before the handles were generic.
+P = ParamSpec("P", default=...)
+R = TypeVar("R", default=Any)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class SendOptions(TypedDict, total=False):
+    """``SEND_OPTIONS`` with their types, for ``task.options(...)`` and
+    ``send_many``: a type checker cannot mix them into ``send``'s keywords,
+    which are the handler's."""
+
+    delay: float | None
+    priority: int | None
+    unique_key: str | None
+    idempotency_key: str | None
+    #: a connection of the caller's (psycopg, sqlite3, PyMySQL, SQLAlchemy) to join its transaction
+    conn: Any
+    queue: str | None
+    max_attempts: int | None
+    timeout: float | None
+    backoff: Backoff | dict[str, Any] | None
+    pinned_to: Sequence[str] | str | None
+    run_at: datetime | None
+
+
 #: options of ``app.enqueue`` (by name) on top of SEND_OPTIONS: names a handler
 #: may use as parameters, so they cannot be ``send()`` keywords. ``stage`` and
 #: ``context`` start a multi-stage job at a stage, with a context (the HTTP API).
@@ -232,6 +262,17 @@ def parse_rate(spec: str) -> float:
     return rate
 
 
+def _callback_json(on_complete: Task | None) -> str | None:
+    """A batch's ``on_complete`` task as the job template kept to call it, once
+    its handler is known to take ``(batch_id, counts)``."""
+    if on_complete is None:
+        return None
+    if not isinstance(on_complete, Task):
+        raise ConfigError(f"on_complete must be a task, got {type(on_complete).__name__}")
+    on_complete.check_args((0, {}), {})  # it will be called as (batch_id, counts)
+    return json.dumps(on_complete.template()._asdict())
+
+
 def encode_args(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
     return encode_json(
         f"arguments of task {task!r}",
@@ -315,7 +356,18 @@ def _no_handler(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError("this task has no handler in this process")
 
 
-class Task:
+class TaskDecorator(Protocol):
+    """What ``@app.task(...)`` returns: a decorator that makes a typed ``Task``;
+    an async handler's result type is what its coroutine returns."""
+
+    @overload
+    def __call__(self, fn: Callable[_P, Awaitable[_R]], /) -> Task[_P, _R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[_P, _R], /) -> Task[_P, _R]: ...
+
+
+class Task(Generic[P, R]):
     """A registered handler. Call it directly to run it in-process; ``send`` to enqueue.
 
     ``fn=None`` makes a stand-in for a task that has no handler in this process
@@ -354,7 +406,7 @@ class Task:
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.defaults.queue}>"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.fn(*args, **kwargs)
 
     # -- building inserts ------------------------------------------------------------
@@ -510,12 +562,14 @@ class Task:
             return False
         return self._arity[0] <= len(args) <= self._arity[1]
 
-    def _split(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _split(self, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The handler's keywords (``P.kwargs`` to a type checker, which never sees
+        options among them) and the send options."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in SEND_OPTIONS}
         return kwargs, options
 
     # -- enqueueing ---------------------------------------------------------------------
-    def send(self, *args: Any, **kwargs: Any) -> Job:
+    def send(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue one job. Keyword arguments named in ``SEND_OPTIONS`` configure the job
         (``delay``, ``priority``, ``unique_key``, ``idempotency_key``, ``conn``, ...);
         the rest go to the handler.
@@ -529,7 +583,7 @@ class Task:
         insert = self.build(args, kwargs, **options)
         return self.app.insert_jobs([insert], conn=conn, payloads=[(args, kwargs)])[0]
 
-    def s(self, *args: Any, **kwargs: Any) -> Step:
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Step:
         """A call to make later, for chains: ``chain(a.s(1), b.s(), c.s(x=2))``. Send
         options (``queue``, ``priority``, ...) among the keyword arguments apply to it."""
         from .flow import Step
@@ -554,9 +608,12 @@ class Task:
 
         ``on_complete`` is a task called as ``on_complete(batch_id, counts)`` exactly
         once when the batch closes. An ``idempotency_key`` seen before returns the
-        existing batch and writes nothing. ``conn`` joins the caller's transaction.
+        existing batch and writes nothing, if that batch was asked for by the same
+        call (task, items, name, callback, options); for a different one it raises
+        ``KeyReused`` (a ``ConfigError``): a key names one batch. ``conn`` joins
+        the caller's transaction.
         """
-        from .batch import Batch
+        from .batch import Batch, batch_fingerprint, check_same_batch
 
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError(
@@ -566,12 +623,7 @@ class Task:
         _check_options(idempotency_key=idempotency_key)
         if name is not None and not isinstance(name, str):
             raise ConfigError(f"batch name must be a string, got {name!r}")
-        callback = None
-        if on_complete is not None:
-            if not isinstance(on_complete, Task):
-                raise ConfigError(f"on_complete must be a task, got {type(on_complete).__name__}")
-            on_complete.check_args((0, {}), {})  # it will be called as (batch_id, counts)
-            callback = json.dumps(on_complete.template()._asdict())
+        callback = _callback_json(on_complete)
         template = self.template(**options)
         if distinct_workers:  # each job of this batch on a different worker
             template = template._replace(spread_group=f"batch:{uuid.uuid4().hex}")
@@ -581,24 +633,17 @@ class Task:
             and not self.app.middleware
             and self._plain(template)
         ):
-            # No keys, no limits, no hooks: the jobs are made in chunks once the
-            # batch row is written (with its id), and the backend may write one
-            # while the next is made (PostgreSQL: COPY).
-            listed = list(items)
-
-            def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
-                made = template._replace(batch_id=batch_id)
-                return (inserts for inserts, _ in self._chunks(listed, made))
-
-            batch_id = self.app.create_batch_stream(
-                name=name,
-                task=self.name,
-                on_complete_json=callback,
-                total=len(listed),
-                chunks=chunks,
-            )
-            return Batch(self.app.get_batch(batch_id).record, True, self.app)
+            return self._batch_stream(list(items), template, name, callback)
         inserts, _ = self._inserts(items, template)
+        fingerprint = None
+        if idempotency_key is not None:
+            asked = {
+                "name": name,
+                "on_complete": None if on_complete is None else on_complete.name,
+                "distinct_workers": distinct_workers,
+                "options": options,
+            }
+            fingerprint = batch_fingerprint(self.name, asked, inserts)
         batch_id, created = self.app.create_batch(
             name=name,
             task=self.name,
@@ -606,27 +651,60 @@ class Task:
             on_complete_json=callback,
             jobs=inserts,
             conn=conn,
+            fingerprint=fingerprint,
         )
         if conn is not None and created:
             # not committed yet: the batch is only visible inside the caller's transaction
-            record = BatchRecord(
-                id=batch_id,
-                name=name,
-                task=self.name,
-                total=len(inserts),
-                state=BatchState.RUNNING,
-                idempotency_key=idempotency_key,
-                on_complete=None,
-                closings=0,
-                counts=None,
-                created_at=datetime.now(UTC),
-                finished_at=None,
-                cancelled_at=None,
+            return Batch(
+                self._uncommitted(batch_id, name, len(inserts), idempotency_key), True, self.app
             )
-            return Batch(record, True, self.app)
-        return Batch(self.app.get_batch(batch_id).record, created, self.app)
+        batch = Batch(self.app.get_batch(batch_id).record, created, self.app)
+        if not created and fingerprint is not None:
+            check_same_batch(batch, fingerprint, self.name, len(inserts))
+        return batch
 
-    def send_distinct(self, n: int, *args: Any, **kwargs: Any) -> Batch:
+    def _batch_stream(
+        self, listed: list[Any], template: JobInsert, name: str | None, callback: str | None
+    ) -> Batch:
+        """No keys, no limits, no hooks: the jobs are made in chunks once the
+        batch row is written (with its id), and the backend may write one while
+        the next is made (PostgreSQL: COPY)."""
+        from .batch import Batch
+
+        def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
+            made = template._replace(batch_id=batch_id)
+            return (inserts for inserts, _ in self._chunks(listed, made))
+
+        batch_id = self.app.create_batch_stream(
+            name=name,
+            task=self.name,
+            on_complete_json=callback,
+            total=len(listed),
+            chunks=chunks,
+        )
+        return Batch(self.app.get_batch(batch_id).record, True, self.app)
+
+    def _uncommitted(
+        self, batch_id: int, name: str | None, total: int, idempotency_key: str | None
+    ) -> BatchRecord:
+        """The record of a batch just written in the caller's transaction, which
+        no other connection can read yet."""
+        return BatchRecord(
+            id=batch_id,
+            name=name,
+            task=self.name,
+            total=total,
+            state=BatchState.RUNNING,
+            idempotency_key=idempotency_key,
+            on_complete=None,
+            closings=0,
+            counts=None,
+            created_at=datetime.now(UTC),
+            finished_at=None,
+            cancelled_at=None,
+        )
+
+    def send_distinct(self, n: int, *args: P.args, **kwargs: P.kwargs) -> Batch:
         """Run the same call on ``n`` different workers (a broadcast, a redundant
         check): a batch of ``n`` jobs no two of which run on the same worker. It
         succeeds when all ``n`` have succeeded (``batch.wait()``, ``on_complete``)."""
@@ -640,13 +718,74 @@ class Task:
             **options,
         )
 
-    async def asend(self, *args: Any, **kwargs: Any) -> Job:
-        """``send`` for async code: the database call runs in a thread."""
-        return await asyncio.to_thread(self.send, *args, **kwargs)
+    async def asend(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """``send`` for async code: the database call runs in a thread, or with an
+        async SQLAlchemy ``conn=`` (``AsyncSession``, ``AsyncConnection``) inside its
+        ``run_sync``, in the transaction it has open (see ``conveyor.connections``)."""
+        conn = kwargs.pop("conn", None)
+        send: Any = self.send  # (conn= is an option, not one of the handler's keywords)
+        return cast(
+            "Job[R]",
+            await call_with(
+                conn, lambda c: send(*args, conn=c, **kwargs), warm=self.app.cached_task_settings
+            ),
+        )
+
+    async def asend_many(
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]], **options: Unpack[SendOptions]
+    ) -> list[Job[R]]:
+        """``send_many`` for async code: encoding and the database call run in a
+        thread (or, with an async SQLAlchemy ``conn=``, inside its ``run_sync``)."""
+        conn = options.pop("conn", None)
+        send_many: Any = self.send_many
+        return cast(
+            "list[Job[R]]",
+            await call_with(
+                conn,
+                lambda c: send_many(items, conn=c, **options),
+                warm=self.app.cached_task_settings,
+            ),
+        )
+
+    async def abatch(
+        self,
+        items: Iterable[Sequence[Any] | Mapping[str, Any]],
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        on_complete: Task | None = None,
+        conn: Any = None,
+        distinct_workers: bool = False,
+        **options: Any,
+    ) -> Batch:
+        """``batch`` for async code: encoding and the database calls run in a
+        thread (or, with an async SQLAlchemy ``conn=``, inside its ``run_sync``)."""
+
+        def batch(c: Any) -> Batch:
+            return self.batch(
+                items,
+                name=name,
+                idempotency_key=idempotency_key,
+                on_complete=on_complete,
+                conn=c,
+                distinct_workers=distinct_workers,
+                **options,
+            )
+
+        return await call_with(conn, batch, warm=self.app.cached_task_settings)
+
+    def options(self, **options: Unpack[SendOptions]) -> Sender[P, R]:
+        """This task's sends with these options: ``add.options(priority=5,
+        conn=conn).send(1, 2)``. The typed way to pass them: a type checker reads
+        ``send``'s keywords as the handler's (at run time ``send(1, 2, priority=5)``
+        works the same). The options are checked now."""
+        given = {k: v for k, v in options.items() if k != "conn"}
+        self.template(**given)
+        return Sender(self, dict(options))
 
     def send_many(
-        self, items: Iterable[Sequence[Any] | Mapping[str, Any]], **options: Any
-    ) -> list[Job]:
+        self, items: Iterable[Sequence[Any] | Mapping[str, Any]], **options: Unpack[SendOptions]
+    ) -> list[Job[R]]:
         """Enqueue many jobs in one transaction and one statement. Each item is a tuple of
         positional arguments (or a dict of keyword arguments); ``options`` apply to all."""
         conn = options.pop("conn", None)
@@ -686,3 +825,29 @@ class Task:
         while part := list(itertools.islice(it, STREAM_CHUNK)):
             yield self._inserts(part, template, start)
             start += len(part)
+
+
+class Sender(Generic[P, R]):
+    """``task.options(...)``: the task's sends, each with the same options."""
+
+    def __init__(self, task: Task[P, R], options: dict[str, Any]) -> None:
+        self.task = task
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"<Sender {self.task.name} {self.options}>"
+
+    def send(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """``task.send`` with these options."""
+        send: Callable[..., Job[R]] = self.task.send
+        return send(*args, **{**self.options, **kwargs})
+
+    async def asend(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """``task.asend`` with these options (an async SQLAlchemy ``conn`` among them)."""
+        asend: Callable[..., Awaitable[Job[R]]] = self.task.asend
+        return await asend(*args, **{**self.options, **kwargs})
+
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """``task.s`` with these options, for chains (``conn`` is the chain's own)."""
+        s: Callable[..., Step] = self.task.s
+        return s(*args, **{**self.options, **kwargs})

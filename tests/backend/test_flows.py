@@ -28,6 +28,29 @@ def test_batch_idempotency_key_returns_the_existing_batch(backend):
     assert len(backend.job_list(filter=JobFilter(), limit=100)) == 4
 
 
+def test_a_batch_keeps_the_fingerprint_it_was_created_with(backend):
+    def create(fingerprint, n=2):
+        jobs = [ins(args=[i]) for i in range(n)]
+        return backend.batch_create(
+            name="b",
+            task="t",
+            idempotency_key="req-8",
+            on_complete_json=None,
+            jobs=jobs,
+            fingerprint=fingerprint,
+        )
+
+    first, created = create("sha256:" + "a" * 64)
+    assert created and backend.batch_get(batch_id=first).fingerprint == "sha256:" + "a" * 64
+    # a repeat under the key writes nothing, its fingerprint neither: the caller compares
+    assert create("sha256:" + "b" * 64, n=5) == (first, False)
+    assert backend.batch_get(batch_id=first).fingerprint == "sha256:" + "a" * 64
+    [listed] = backend.batch_list(state=None, limit=10, before_id=None)
+    assert listed.fingerprint == "sha256:" + "a" * 64
+    unkeyed, _ = make_batch(backend, n=1)
+    assert backend.batch_get(batch_id=unkeyed).fingerprint is None
+
+
 def test_racing_batch_creation_with_one_key_makes_one_batch(backend):
     results: list = []
     barrier = threading.Barrier(6)

@@ -325,6 +325,17 @@ def test_list_by_time_range_and_ids(backend):
     assert [j.id for j in backend.job_list(filter=JobFilter(ids=[b.id, 999_999]))] == [b.id]
 
 
+def test_list_by_idempotency_keys(backend):
+    a, _b, c = backend.job_insert_many(
+        jobs=[ins(idempotency_key="k-a"), ins(idempotency_key="k-b"), ins(idempotency_key="k-c")]
+    )
+    backend.job_insert_many(jobs=[ins(unique_key="k-a")])  # a unique key is another key
+    f = JobFilter(idempotency_keys=["k-c", "k-a", "k-none"])
+    assert [j.id for j in backend.job_list(filter=f)] == [c.id, a.id]
+    assert backend.job_count(filter=f) == {"available": 2}
+    assert JobFilter(idempotency_keys="k-a").idempotency_keys == ("k-a",)
+
+
 def test_count_is_per_state(backend):
     backend.job_insert_many(jobs=[ins(), ins(), ins(delay_s=60)])
     assert backend.job_count(filter=JobFilter()) == {"available": 2, "scheduled": 1}

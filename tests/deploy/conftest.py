@@ -23,6 +23,8 @@ import pytest
 
 from tests.ports import free_port
 
+from .replication import pair  # noqa: F401 (a fixture: a primary and its replica)
+
 PGBOUNCER_ENV = "CONVEYOR_TEST_PGBOUNCER"
 
 

@@ -7,7 +7,16 @@ import threading
 
 import pytest
 
-from conveyor import BadArguments, ChainFailed, NextStage, Permanent, chain, current_job
+from conveyor import (
+    BadArguments,
+    ChainFailed,
+    ConfigError,
+    NextStage,
+    Permanent,
+    chain,
+    current_job,
+)
+from conveyor.errors import KeyReused
 
 from .helpers import Running, wait_for
 
@@ -77,9 +86,40 @@ def test_idempotent_batch_creation_returns_the_first(app):
     def noop(i):
         return i
 
-    first = noop.batch([(1,), (2,)], idempotency_key="req-77")
-    again = noop.batch([(1,), (2,), (3,)], idempotency_key="req-77")
+    first = noop.batch([(1,), (2,)], idempotency_key="req-77", priority=3)
+    again = noop.batch([(1,), (2,)], idempotency_key="req-77", priority=3)
     assert again.id == first.id and again.created is False and again.total == 2
+    # the key names one batch: a repeat asking for another is refused, writing nothing
+    for items, options in [
+        ([(1,), (2,), (3,)], {"priority": 3}),
+        ([(1,), (9,)], {}),
+        ([(1,), (2,)], {}),
+    ]:
+        with pytest.raises(KeyReused, match=r"idempotency_key: 'req-77' was already used") as info:
+            noop.batch(items, idempotency_key="req-77", **options)
+        assert isinstance(info.value, ConfigError) and f"batch {first.id}" in str(info.value)
+    assert len(app.list_jobs()) == 2 and [b.id for b in app.list_batches()] == [first.id]
+
+
+def test_a_batch_keyed_before_fingerprints_is_compared_on_task_and_size(app):
+    from tests.backend.helpers import ins
+
+    @app.task
+    def noop(i):
+        return i
+
+    # as a batch written before schema v21 is: a key, no fingerprint
+    old, _ = app.backend.batch_create(
+        name=None,
+        task=noop.name,
+        idempotency_key="before-v21",
+        on_complete_json=None,
+        jobs=[ins(task=noop.name, queue="default", args=[i]) for i in range(2)],
+    )
+    again = noop.batch([(7,), (8,)], idempotency_key="before-v21")
+    assert (again.id, again.created, again.record.fingerprint) == (old, False, None)
+    with pytest.raises(KeyReused, match=f"batch {old}, task 'noop', 2 items"):
+        noop.batch([(7,)], idempotency_key="before-v21")
 
 
 def test_batch_cancel_and_retry_failed(app):

@@ -39,7 +39,12 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # ROOT first, then the caller's path: a worktree's src (PYTHONPATH=$PWD/src)
+        # stays ahead of the installed package, so the server runs the code under test
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
         env.pop("CONVEYOR_DATABASE_URL", None)
         with open(log, "w") as out:
             self.proc = subprocess.Popen(

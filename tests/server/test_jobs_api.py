@@ -95,6 +95,62 @@ def test_create_many_in_one_call(api, producer):
     assert sum(producer.count_jobs().values()) == before
 
 
+def test_create_many_keeps_a_fingerprint_per_keyed_job(api, producer):
+    def bulk(*jobs):
+        return api.post("/v1/jobs/bulk", json={"jobs": list(jobs)})
+
+    keyed = {"task": "add", "args": [1, 2], "idempotency_key": "b1"}
+    first = bulk(keyed, {"task": "add", "args": [0, 0]})
+    assert first.status_code == 201, first.text
+    b1 = first.json()["jobs"][0]["id"]
+    again = bulk(keyed)
+    assert again.status_code == 200
+    assert (again.json()["jobs"][0]["id"], again.json()["jobs"][0]["created"]) == (b1, False)
+    before = sum(producer.count_jobs().values())
+    # a different request under a key used before: 422 naming the item, nothing written
+    clash = bulk(
+        {"task": "add", "args": [5, 5]},
+        {"task": "add", "args": [1, 2], "priority": 9, "idempotency_key": "b1"},
+    )
+    assert clash.status_code == 422, clash.text
+    assert clash.json()["detail"].startswith("jobs[1].idempotency_key: 'b1' was already used")
+    assert f"job {b1}," in clash.json()["detail"]
+    # two items of one call under one key: the same request twice is one job...
+    twice = bulk(*[{"task": "add", "args": [3, 3], "idempotency_key": "b2"}] * 2)
+    assert twice.status_code == 201 and twice.json()["created"] == 1
+    assert len({j["id"] for j in twice.json()["jobs"]}) == 1
+    before += 1
+    # ... two different ones are refused before anything is written
+    mixed = bulk(
+        {"task": "add", "args": [4, 4]},
+        {"task": "add", "args": [4, 4], "idempotency_key": "b3"},
+        {"task": "add", "args": [4, 5], "idempotency_key": "b3"},
+    )
+    assert mixed.status_code == 422 and mixed.json()["detail"].startswith(
+        "jobs[2].idempotency_key: 'b3' was already used by a different request (by jobs[1]"
+    )
+    assert sum(producer.count_jobs().values()) == before
+    # one fingerprint for both routes: a job made by the bulk call guards its key on
+    # POST /v1/jobs too (a changed priority is a different request), and back
+    same = api.post(
+        "/v1/jobs", json={"task": "add", "args": [1, 2]}, headers={"Idempotency-Key": "b1"}
+    )
+    assert same.status_code == 200 and same.json()["id"] == b1
+    other = api.post(
+        "/v1/jobs",
+        json={"task": "add", "args": [1, 2], "priority": 9},
+        headers={"Idempotency-Key": "b1"},
+    )
+    assert other.status_code == 422 and other.json()["detail"].startswith("Idempotency-Key: 'b1'")
+    single = api.post(
+        "/v1/jobs", json={"task": "add", "args": [7, 7], "idempotency_key": "s1"}
+    ).json()
+    back = bulk({"task": "add", "args": [7, 7], "idempotency_key": "s1"})
+    assert back.status_code == 200 and back.json()["jobs"][0]["id"] == single["id"]
+    assert bulk({"task": "add", "args": [7, 8], "idempotency_key": "s1"}).status_code == 422
+    assert sum(producer.count_jobs().values()) == before + 1
+
+
 def test_get_with_attempts_and_unknown_ids(api, producer):
     job = producer.enqueue("remote_only", [1])
     from conveyor.outcomes import OutcomeKind, RemoteOutcome

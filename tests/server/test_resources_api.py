@@ -12,6 +12,33 @@ from conveyor.records import WorkerInfo
 from .conftest import ROOT, wait_for
 
 
+def test_batch_idempotency_key_names_one_request(api, producer):
+    body = {"task": "square", "items": [[1], {"n": 2}], "name": "b2", "priority": 4}
+    r = api.post("/v1/batches", json=body, headers={"Idempotency-Key": "batch-2"})
+    assert r.status_code == 201, r.text
+    bid = r.json()["id"]
+    # a retry, by header or by field: the same batch, 200, as GET shows it
+    for kw in ({"headers": {"Idempotency-Key": "batch-2"}}, {}):
+        sent = body if kw else {**body, "idempotency_key": "batch-2"}
+        again = api.post("/v1/batches", json=sent, **kw)
+        assert again.status_code == 200, again.text
+        assert again.json() == api.get(f"/v1/batches/{bid}").json()
+        assert "fingerprint" not in again.json()
+    # a different request under the key: 422 naming it, and nothing written
+    for change in ({"items": [[9]]}, {"items": [[1], {"n": 3}]}, {"priority": 5}, {"name": "x"}):
+        clash = api.post(
+            "/v1/batches", json={**body, **change}, headers={"Idempotency-Key": "batch-2"}
+        )
+        assert clash.status_code == 422, (change, clash.text)
+        detail = clash.json()["detail"]
+        assert detail.startswith("Idempotency-Key: 'batch-2' was already used by a different")
+        assert f"batch {bid}" in detail
+    field = api.post("/v1/batches", json={**body, "items": [[9]], "idempotency_key": "batch-2"})
+    assert field.status_code == 422 and field.json()["detail"].startswith("idempotency_key: ")
+    assert [b["id"] for b in api.get("/v1/batches").json()["batches"]] == [bid]
+    assert sum(producer.count_jobs().values()) == 2
+
+
 def _run_all(producer, worker="w", state_kind=OutcomeKind.COMPLETE, queues=("default",)):
     producer.heartbeat_worker(WorkerInfo(worker, "h", 1, list(queues), 1))
     jobs = producer.claim(worker, list(queues), limit=1000)
@@ -39,12 +66,6 @@ def test_batches(api, producer):
     assert r.status_code == 201, r.text
     batch = r.json()
     assert (batch["total"], batch["state"], batch["progress"]["total"]) == (3, "running", 3)
-    again = api.post(
-        "/v1/batches",
-        json={"task": "square", "items": [[9]]},
-        headers={"Idempotency-Key": "batch-1"},
-    )
-    assert again.status_code == 200 and again.json()["id"] == batch["id"]
     bid = batch["id"]
     jobs = api.get(f"/v1/batches/{bid}/jobs").json()
     assert sorted(j["kwargs"].get("n") or j["args"][0] for j in jobs["jobs"]) == [1, 2, 3]

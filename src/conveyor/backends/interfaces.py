@@ -370,9 +370,12 @@ class FlowStore(abc.ABC):
         jobs: Sequence[JobInsert],
         conn: Any = None,
         now: datetime | None = None,
+        fingerprint: str | None = None,
     ) -> tuple[int, bool]:
         """The batch row and its jobs in one transaction; ``(batch_id, created)``. An
-        idempotency key seen before returns the existing batch and writes nothing."""
+        idempotency key seen before returns the existing batch and writes nothing.
+        ``fingerprint`` (what the batch was asked for, hashed) is kept on the row
+        (``BatchRecord.fingerprint``): the caller compares a repeat's with it."""
 
     @abc.abstractmethod
     def batch_create_stream(

@@ -413,9 +413,10 @@ LOCK IN SHARE MODE
 -- name: batch_insert
 -- INSERT IGNORE: a known idempotency key inserts nothing (the backend then
 -- returns the existing batch). The id comes from lastrowid.
-INSERT IGNORE INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete,
-                                     created_at, changed)
-VALUES (:name, :task, :total, 'running', :idempotency_key, :on_complete, {NOW}, {CHANGE})
+INSERT IGNORE INTO conveyor_batches (name, task, total, state, idempotency_key, fingerprint,
+                                     on_complete, created_at, changed)
+VALUES (:name, :task, :total, 'running', :idempotency_key, :fingerprint, :on_complete, {NOW},
+        {CHANGE})
 
 -- name: leader_attempt_elect
 -- Take the lease if it is free or expired, renew it if it is ours. MySQL assigns

@@ -24,6 +24,7 @@ import pymysql
 import pymysql.cursors
 from pymysql.constants import CLIENT
 
+from ...connections import GreenletConnection
 from ...errors import ConfigError, DatabaseUnavailable
 from .. import waits
 from ..sql.backend import SqlBackend
@@ -280,9 +281,9 @@ class MySQLSession(SqlBackend):
 
     def _check_caller_conn(self, conn: Any) -> None:
         module = type(conn).__module__
-        if not isinstance(conn, pymysql.connections.Connection) and not module.startswith(
-            "MySQLdb"
-        ):
+        if not isinstance(
+            conn, pymysql.connections.Connection | GreenletConnection
+        ) and not module.startswith("MySQLdb"):
             raise ConfigError(
                 "conn= must be a PyMySQL (or mysqlclient) connection for a MySQL app, "
                 f"got {type(conn).__name__}"
@@ -452,9 +453,13 @@ def _network_defaults(conn: Any) -> None:
 
 
 def _dict_cursor(conn: Any) -> Any:
-    """The dict cursor class of the caller's driver (PyMySQL or mysqlclient)."""
+    """The dict cursor class of the caller's driver (PyMySQL, mysqlclient; under
+    SQLAlchemy's asyncio, aiomysql or asyncmy): ``<package>.cursors.DictCursor``."""
+    if isinstance(conn, GreenletConnection):
+        conn = conn.driver
     if not isinstance(conn, pymysql.connections.Connection):
         import importlib
 
-        return importlib.import_module("MySQLdb.cursors").DictCursor
+        package = type(conn).__module__.split(".", 1)[0]
+        return importlib.import_module(f"{package}.cursors").DictCursor
     return pymysql.cursors.DictCursor

@@ -457,7 +457,7 @@ class PostgresBackend(PostgresSession):
         value needs psycopg (``_text_params``). Errors are psycopg's, as from
         ``execute``; the server forgetting the statement prepares it again."""
         params = {**job._asdict(), "now": now, "channel": CHANNEL}
-        with _translated(self.url), self.pool.connection() as conn:
+        with _translated(self.url, self.pool), self.pool.connection() as conn:
             pg: Any = conn.pgconn  # (its stub leaves out None, the NULL libpq takes)
             encoding = self._send_statements.get(conn) or self._prepare_send(conn)
             values = _text_params([params[name] for name in _SEND_NAMES], encoding)
@@ -647,7 +647,7 @@ class PostgresBackend(PostgresSession):
         """``_rows`` for a statement returning jobs, read as tuples and decoded by
         position (``job_reader``): no dict made per row."""
         with (
-            _translated(self.url),
+            _translated(self.url, self.pool),
             self.pool.connection() as c,
             c.cursor(row_factory=tuple_row) as cur,
         ):
@@ -669,7 +669,7 @@ class PostgresBackend(PostgresSession):
         and inside a worker, where the claim thread takes the GIL back after every
         wait, drains were slower: per key 0.66x -> 0.71x of unlimited.)"""
         if self._temp_functions:
-            with _translated(self.url), self.pool.connection() as c:
+            with _translated(self.url, self.pool), self.pool.connection() as c:
                 if c in self._claim_functions or self._make_claim_function(c):
                     call = Q["job_claim_limited_call"]
                     with c.cursor(row_factory=tuple_row) as cur:

@@ -35,6 +35,12 @@ DIALECT = Dialect(
         # Not finished: the live partition, by a constant the planner prunes the
         # finished ones by (schema v17; "Live" at the top of queries.sql).
         "UNFINISHED": lambda a: f"{a[0]}.state NOT IN ('succeeded', 'failed', 'cancelled')",
+        # How a claim commits (job_claim): without waiting for its WAL, unless a
+        # synchronous standby is configured, which a failover would promote.
+        "CLAIM_COMMIT": lambda a: (
+            "CASE WHEN current_setting('synchronous_standby_names') = '' THEN 'off'"
+            " ELSE current_setting('synchronous_commit') END"
+        ),
     },
 )
 Q = load_queries(__package__ or "conveyor.backends.postgres", DIALECT)

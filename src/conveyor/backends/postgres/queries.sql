@@ -247,9 +247,12 @@ RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.at
 -- available, as a worker that died after claiming would, and the worker's later
 -- heartbeat or outcome is refused: at-least-once, as before. Any durable commit
 -- after it (an outcome, an enqueue) flushes it too: the WAL is one sequence.
+-- But not where a synchronous standby is configured: there a claim commits as
+-- everything else does (waits for the standby), or a failover to that standby
+-- would lose claims whose handlers already ran, and run them a second time.
 WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           set_config('synchronous_commit', 'off', true) AS async_commit
+           set_config('synchronous_commit', {CLAIM_COMMIT}, true) AS async_commit
 ), picked AS (
     SELECT c.id
     FROM (SELECT name FROM unnest(%(queues)b::text[]) AS u(name)
@@ -604,7 +607,7 @@ ON CONFLICT (name) DO UPDATE SET keyed = true WHERE NOT conveyor_queues.keyed
 SELECT CASE WHEN %(queue_lock)s THEN pg_advisory_xact_lock(72628374, hashtext(%(queue)s)) END,
        set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_bitmapscan', 'off', true),
-       set_config('synchronous_commit', 'off', true)  -- a claim: see job_claim
+       set_config('synchronous_commit', {CLAIM_COMMIT}, true)  -- a claim: see job_claim
 
 -- name: queue_running
 -- Running jobs in one queue (under the queue's lock: current), by the state index.

@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ...connections import GreenletConnection
 from ...errors import ConfigError, DatabaseUnavailable
 from .. import waits
 from ..sql.backend import SqlBackend
@@ -294,16 +295,28 @@ _ANSWERED = re.compile(r"password|authentication|does not exist|pg_hba|ssl|permi
 
 
 @contextmanager
-def _translated(url: str) -> Iterator[None]:
+def _translated(url: str, pool: ConnectionPool | None = None) -> Iterator[None]:
     """psycopg's errors of the connection or the server as DatabaseUnavailable,
     but a transaction the server rolled back for a row moved under it or a
-    deadlock (_MOVED): that one goes up as it is, for _again to run it again."""
+    deadlock (_MOVED): that one goes up as it is, for _again to run it again.
+    A server that refuses writes (25006) is a standby, or a primary a failover
+    demoted: the pool's connections to it are replaced (``pool.drain``), and new
+    ones go where the URL says (``target_session_attrs=read-write`` picks the
+    writable host), instead of every statement failing there forever."""
     try:
         yield
     except _MOVED:
         raise
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         raise _connect_error(url, exc) from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        if pool is not None:
+            pool.drain()
+        raise DatabaseUnavailable(
+            f"PostgreSQL at {redact(url)} is read-only now (a standby, or a primary"
+            " demoted by a failover): its connections are being replaced; try again",
+            transient=True,
+        ) from exc
 
 
 def redact(url: str) -> str:
@@ -448,7 +461,7 @@ class PostgresSession(SqlBackend):
     def _tx(self, conn: Any = None) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor in a transaction: the caller's (``conn``) or our own from the pool."""
         if conn is not None:
-            if not isinstance(conn, psycopg.Connection):
+            if not isinstance(conn, psycopg.Connection | GreenletConnection):
                 raise ConfigError(
                     "conn= must be a psycopg (3) Connection for a PostgreSQL app, "
                     f"got {type(conn).__name__}"
@@ -456,7 +469,12 @@ class PostgresSession(SqlBackend):
             with conn.cursor(row_factory=dict_row) as cur:
                 yield cur
             return
-        with _translated(self.url), self.pool.connection() as c, c.transaction(), c.cursor() as cur:
+        with (
+            _translated(self.url, self.pool),
+            self.pool.connection() as c,
+            c.transaction(),
+            c.cursor() as cur,
+        ):
             yield cur
 
     @contextmanager
@@ -464,7 +482,7 @@ class PostgresSession(SqlBackend):
         """REPEATABLE READ: every statement of the transaction sees its first
         snapshot (in READ COMMITTED each would take its own), the horizon of
         in-flight transactions included."""
-        with _translated(self.url), self.pool.connection() as c, c.transaction():
+        with _translated(self.url, self.pool), self.pool.connection() as c, c.transaction():
             c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
 
             def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
@@ -482,11 +500,11 @@ class PostgresSession(SqlBackend):
 
     def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
         """One statement in autocommit: a single round trip, no BEGIN/COMMIT."""
-        with _translated(self.url), self.pool.connection() as c:
+        with _translated(self.url, self.pool), self.pool.connection() as c:
             return _result_rows(c.execute(sql or Q[name], self._params(params)))
 
     def _count(self, name: str, params: dict[str, Any]) -> int:
-        with _translated(self.url), self.pool.connection() as c:
+        with _translated(self.url, self.pool), self.pool.connection() as c:
             return c.execute(Q[name], self._params(params)).rowcount
 
     def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:

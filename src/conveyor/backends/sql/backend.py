@@ -19,6 +19,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ...connections import dbapi_connection
 from ...records import (
     ActionRecord,
     ApiToken,
@@ -71,8 +72,9 @@ _FILTER_FIELDS = (
     "search",
     "due_before",
     "unpaused",
+    "idempotency_keys",
 )
-_LIST_FIELDS = frozenset({"ids", "queues", "tasks", "states"})
+_LIST_FIELDS = frozenset({"ids", "queues", "tasks", "states", "idempotency_keys"})
 _TIME_FIELDS = frozenset(
     {"created_after", "created_before", "finished_after", "finished_before", "due_before"}
 )
@@ -279,7 +281,7 @@ class SqlBackend(Backend):
         if not jobs:
             return []
         ts = self._now(now)
-        with self._tx(conn) as cur:
+        with self._tx(dbapi_connection(conn, self.name)) as cur:
 
             def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
                 return self._insert_rows(cur, subset, ts)
@@ -546,11 +548,19 @@ class SqlBackend(Backend):
         jobs: Sequence[JobInsert],
         conn: Any = None,
         now: datetime | None = None,
+        fingerprint: str | None = None,
     ) -> tuple[int, bool]:
         ts = self._now(now)
-        with self._tx(conn) as cur:
+        with self._tx(dbapi_connection(conn, self.name)) as cur:
             rows = self._batch_insert(
-                cur, name, task, len(jobs), ts, idempotency_key, on_complete_json
+                cur,
+                name,
+                task,
+                len(jobs),
+                ts,
+                idempotency_key,
+                on_complete_json,
+                fingerprint=fingerprint,
             )
             if not rows:  # the key named an existing batch: return it, write nothing
                 found = self._q(cur, "batch_find_by_key", {"idempotency_key": idempotency_key})
@@ -569,6 +579,8 @@ class SqlBackend(Backend):
         ts: Any,
         idempotency_key: str | None,
         on_complete_json: str | None,
+        *,
+        fingerprint: str | None = None,
     ) -> list[Any]:
         """The batch row: its id, or no row when ``idempotency_key`` names one already."""
         params = {
@@ -577,6 +589,7 @@ class SqlBackend(Backend):
             "total": total,
             "now": ts,
             "idempotency_key": idempotency_key,
+            "fingerprint": fingerprint,
             "on_complete": on_complete_json,
         }
         return self._q(cur, "batch_insert", params)

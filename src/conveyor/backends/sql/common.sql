@@ -45,6 +45,8 @@ state {IN(:f_states)}
 stage = :f_stage
 -- name: filter_tenant
 tenant = :f_tenant
+-- name: filter_idempotency_keys
+idempotency_key {IN(:f_idempotency_keys)}
 -- name: filter_batch_id
 batch_id = :f_batch_id
 -- name: filter_created_after
@@ -410,9 +412,10 @@ WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running'
 -- name: batch_insert
 -- ON CONFLICT on the idempotency key: a request seen before returns no row,
 -- and the backend then returns the existing batch without inserting jobs.
-INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, on_complete, created_at,
-                              changed)
-VALUES (:name, :task, :total, 'running', :idempotency_key, {JSON(:on_complete)}, {NOW}, {CHANGE})
+INSERT INTO conveyor_batches (name, task, total, state, idempotency_key, fingerprint,
+                              on_complete, created_at, changed)
+VALUES (:name, :task, :total, 'running', :idempotency_key, :fingerprint, {JSON(:on_complete)},
+        {NOW}, {CHANGE})
 ON CONFLICT DO NOTHING
 RETURNING id
 

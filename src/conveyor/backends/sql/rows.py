@@ -256,6 +256,7 @@ def batch_from_row(row: dict[str, Any], ts: Ts) -> BatchRecord:
         cancelled_at=ts(row["cancelled_at"]),
         callback_job_id=row.get("callback_job_id"),
         callback_state=None if callback_state is None else JobState(callback_state),
+        fingerprint=row.get("fingerprint"),
     )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -19,6 +21,7 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
+from ...connections import GreenletConnection
 from ...errors import ConfigError, DatabaseUnavailable
 from ...records import (
     Finalize,
@@ -77,6 +80,24 @@ DIALECT = Dialect(
     },
 )
 Q = load_queries(__package__ or "conveyor.backends.sqlite", DIALECT)
+
+
+def _numbered(sql: str) -> tuple[str, Callable[[Sequence[Any]], tuple[Any, ...]]]:
+    """A statement written with numbered parameters (``?3``, one used twice) as
+    plain ``?`` ones, and what picks its values from a row in that order. Python
+    3.12+ warns, and 3.14 refuses, when ``?N`` parameters are given a sequence
+    (it counts them as named), yet a row bound as the tuple it is keeps a bulk
+    enqueue cheap: itemgetter makes the parameters in C."""
+    sql = "\n".join(ln for ln in sql.splitlines() if not ln.lstrip().startswith("--"))
+    order = [int(n) - 1 for n in re.findall(r"\?(\d+)", sql)]
+    return re.sub(r"\?\d+", "?", sql), operator.itemgetter(*order)
+
+
+#: job_insert_many with plain parameters, and the values a (*JobInsert, now) row gives them
+_INSERT_SQL, _insert_params = _numbered(Q["job_insert_many"])
+#: and without its RETURNING, for executemany: the sqlite3 of Python 3.12+ refuses
+#: a statement that returns rows there ("bad parameter or other API misuse")
+_INSERT_MANY_SQL = _INSERT_SQL[: _INSERT_SQL.rindex("RETURNING")]
 MIGRATIONS = load_migrations(__package__ or "conveyor.backends.sqlite")
 _SYNC_MODES = {"off", "normal", "full", "extra"}
 #: the modes whose every commit waits for the disk (a claim's does not, see _tx)
@@ -357,7 +378,7 @@ class SQLiteBackend(SqlBackend):
         return self._writer_lock
 
     def _check_caller_conn(self, conn: Any) -> None:
-        if not isinstance(conn, sqlite3.Connection):
+        if not isinstance(conn, sqlite3.Connection | GreenletConnection):
             raise ConfigError(
                 f"conn= must be a sqlite3.Connection for a SQLite app, got {type(conn).__name__}"
             )
@@ -431,18 +452,18 @@ class SQLiteBackend(SqlBackend):
     ) -> list[tuple[int, KeyPair]]:
         for queue in sorted({j.queue for j in jobs if j.limited}):
             cur.execute(Q["queue_mark_keyed"], {"queue": queue, "now": now})
-        sql = Q["job_insert_many"]  # positional: a JobInsert binds as the tuple it is
+        sql = _INSERT_SQL  # positional: a JobInsert binds as the tuple it is
         if len(jobs) > 1 and not any(j.unique_key or j.idempotency_key for j in jobs):
             # Nothing can conflict: one executemany, then the ids it made, in order.
             [top] = self._q(cur, "job_max_id")
-            cur.executemany(sql, [(*j, now) for j in jobs])
+            cur.executemany(_INSERT_MANY_SQL, [_insert_params((*j, now)) for j in jobs])
             made = self._q(cur, "job_ids_after", {"after": top["id"], "n": len(jobs)})
             if len(made) != len(jobs):
                 raise RuntimeError(f"inserted {len(jobs)} jobs but found {len(made)} new ids")
             return [(r["id"], (None, None)) for r in made]
         out = []
         for j in jobs:  # in-process: a statement per row costs microseconds
-            row = cur.execute(sql, (*j, now)).fetchone()
+            row = cur.execute(sql, _insert_params((*j, now))).fetchone()
             if row is not None:
                 out.append((row["id"], (row["unique_key"], row["idempotency_key"])))
         return out

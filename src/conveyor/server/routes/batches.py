@@ -12,7 +12,7 @@ from pydantic import Field
 
 from ... import serialize
 from ...batch import Batch
-from ...errors import ConfigError
+from ...errors import ConfigError, KeyReused
 from ...records import BatchState, JobFilter
 from ..auth import PRODUCER, READ, requires
 from ..dependencies import Facade
@@ -32,7 +32,9 @@ class BatchCreate(SendOptions):
     )
     name: Name | None = None
     idempotency_key: Key | None = Field(
-        None, description="a retried create returns the first batch (or the header)"
+        None,
+        description="a retried create returns the first batch, a different one under "
+        "the same key is refused (or the header)",
     )
     on_complete: Name | None = Field(
         None, description="a task called as on_complete(batch_id, counts) when it closes"
@@ -69,16 +71,23 @@ router = APIRouter(tags=["batches"])
 def create_batch(
     body: BatchCreate, response: Response, app: Facade, key: IdempotencyKey = None
 ) -> Any:
+    """The batch row and one job per item, in one transaction. ``Idempotency-Key``
+    (or ``idempotency_key``) makes a retried request return the same batch with
+    200, and a different request under a key already used a 422 (the key names
+    one request: its fingerprint is kept with the batch)."""
     if key is not None and body.idempotency_key not in (None, key):
         raise ConfigError("idempotency_key: differs from the Idempotency-Key header; send one")
     task = app.task_for(body.task)
-    batch = task.batch(
-        body.items,
-        name=body.name,
-        idempotency_key=key or body.idempotency_key,
-        on_complete=None if body.on_complete is None else app.task_for(body.on_complete),
-        **body.options(),
-    )
+    try:
+        batch = task.batch(
+            body.items,
+            name=body.name,
+            idempotency_key=key or body.idempotency_key,
+            on_complete=None if body.on_complete is None else app.task_for(body.on_complete),
+            **body.options(),
+        )
+    except KeyReused as exc:
+        raise (exc if key is None else exc.named("Idempotency-Key")) from None
     response.status_code = 201 if batch.created else 200
     return _with_progress(batch)
 

@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse
 from ... import serialize
 from ...app import Conveyor
 from ...encoding import with_headers
-from ...errors import ConfigError, Conflict
+from ...errors import ConfigError, Conflict, KeyReused
 from ...job import Job
-from ...records import ApiToken, JobState
+from ...records import ApiToken, JobFilter, JobInsert, JobState
 from ..auth import ADMIN, PRODUCER, READ, requires
 from ..dependencies import Facade
 from ..models import (
@@ -67,12 +67,7 @@ def create_job(body: JobCreate, response: Response, app: Facade, key: Idempotenc
             raise ConfigError("idempotency_key: differs from the Idempotency-Key header; send one")
         options["idempotency_key"] = key
     task = app.task_for(body.task)
-    insert = task.build(body.args, body.kwargs, **options)
-    fingerprint = None
-    if insert.idempotency_key is not None:
-        fingerprint = request_fingerprint(body)
-        headers = {serialize.FINGERPRINT_HEADER: fingerprint}
-        insert = insert._replace(args_json=with_headers(insert.args_json, headers))
+    insert, fingerprint = fingerprinted(task.build(body.args, body.kwargs, **options), body)
     [job] = app.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
     if job.created:
         job = app.get_job(job.id)  # the stored times, not the ones this process guessed
@@ -90,12 +85,25 @@ def create_job(body: JobCreate, response: Response, app: Facade, key: Idempotenc
 )
 def create_jobs(body: JobsCreate, response: Response, app: Facade) -> Any:
     """All or none: one transaction. Jobs whose key named an existing job come
-    back as that job with ``created: false``."""
-    inserts, payloads = [], []
+    back as that job with ``created: false``; an ``idempotency_key`` that named
+    a different request (here or earlier) refuses the call with 422, as
+    ``POST /v1/jobs`` does, and writes nothing."""
+    inserts, payloads, prints = [], [], []
     for spec in body.jobs:
-        inserts.append(app.task_for(spec.task).build(spec.args, spec.kwargs, **spec.send_options()))
+        task = app.task_for(spec.task)
+        insert, fingerprint = fingerprinted(
+            task.build(spec.args, spec.kwargs, **spec.send_options()), spec
+        )
+        inserts.append(insert)
         payloads.append((spec.args, spec.kwargs))
+        prints.append(fingerprint)
+    check_keys_unused(app, body.jobs, prints)
     jobs = app.insert_jobs(inserts, payloads=payloads)
+    for n, (job, spec, fingerprint) in enumerate(zip(jobs, body.jobs, prints, strict=True)):
+        if fingerprint is not None and not job.created:
+            # a request racing this one took the key since check_keys_unused read:
+            # refused all the same (this call's other jobs are written by now)
+            check_same_request(job, spec, fingerprint, f"jobs[{n}]")
     created = sum(j.created for j in jobs)
     response.status_code = 201 if created else 200
     return {
@@ -259,6 +267,39 @@ def request_fingerprint(body: JobCreate) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def fingerprinted(insert: JobInsert, body: JobCreate) -> tuple[JobInsert, str | None]:
+    """A job sent under an idempotency key carries its request's fingerprint in a
+    header, for a repeat to be compared with (None: no key, nothing to keep)."""
+    if insert.idempotency_key is None:
+        return insert, None
+    fingerprint = request_fingerprint(body)
+    headers = {serialize.FINGERPRINT_HEADER: fingerprint}
+    return insert._replace(args_json=with_headers(insert.args_json, headers)), fingerprint
+
+
+def check_keys_unused(app: Conveyor, specs: list[JobCreate], prints: list[str | None]) -> None:
+    """Before a bulk create writes anything: 422 when an idempotency key names a
+    different request, an earlier one's or another item's of this call (the
+    insert would return that job, and the call's other jobs be written)."""
+    first: dict[str, tuple[int, str]] = {}
+    for n, (spec, fingerprint) in enumerate(zip(specs, prints, strict=True)):
+        if spec.idempotency_key is None or fingerprint is None:
+            continue
+        seen = first.setdefault(spec.idempotency_key, (n, fingerprint))
+        if seen[1] != fingerprint:
+            raise KeyReused(
+                spec.idempotency_key,
+                f"by jobs[{seen[0]}] of this call",
+                name=f"jobs[{n}].idempotency_key",
+            )
+    if not first:
+        return
+    earlier = app.list_jobs(JobFilter(idempotency_keys=tuple(first)), limit=len(first))
+    for job in earlier:
+        n, fingerprint = first[job.idempotency_key or ""]
+        check_same_request(job, specs[n], fingerprint, f"jobs[{n}]")
+
+
 def check_same_request(job: Job, body: JobCreate, fingerprint: str, source: str) -> None:
     """422 unless the job an idempotency key named was created by this same
     request (a retry): as payment APIs do, a key reused for a different request is
@@ -271,12 +312,10 @@ def check_same_request(job: Job, body: JobCreate, fingerprint: str, source: str)
     else:
         same = (job.task, job.args, job.kwargs) == (body.task, body.args, body.kwargs)
     if not same:
-        name = "Idempotency-Key" if source == "header" else "idempotency_key"
-        raise ConfigError(
-            f"{name}: {job.idempotency_key!r} was already used by a different request (job "
-            f"{job.id}, task {job.task!r}); a key names one request: retry it unchanged, or "
-            "send this one under a new key"
+        name = {"header": "Idempotency-Key", "field": "idempotency_key"}.get(
+            source, f"{source}.idempotency_key"
         )
+        raise KeyReused(job.idempotency_key or "", f"job {job.id}, task {job.task!r}", name=name)
 
 
 def page(key: str, items: list[Any], limit: int, last_id: int, *more: object) -> dict[str, Any]:
