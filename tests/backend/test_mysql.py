@@ -60,10 +60,41 @@ def test_a_deadlock_is_retried_whole_and_counted(mysql):
         return "ok"
 
     before = mysql.deadlock_retries
-    assert mysql._retry(flaky) == "ok" and len(calls) == 3
+    assert mysql._retrying(flaky) == "ok" and len(calls) == 3
     assert mysql.deadlock_retries == before + 2
     with pytest.raises(pymysql.err.OperationalError):  # anything else is not retried
-        mysql._retry(lambda: (_ for _ in ()).throw(pymysql.err.OperationalError(1146, "x")))
+        mysql._retrying(lambda: (_ for _ in ()).throw(pymysql.err.OperationalError(1146, "x")))
+
+
+def test_shared_operations_reach_the_retry_by_the_hook_but_in_a_callers_transaction(
+    mysql, monkeypatch
+):
+    """A shared operation that is one transaction of ours (SqlBackend's ``retried``)
+    runs inside MySQL's retry, the ``_retrying`` hook; inside a caller's
+    transaction (conn=) it runs once, the retry being the caller's."""
+    outer = []
+    retrying = mysql._retrying
+
+    def spy(run):
+        outer.append(run)
+        return retrying(run)
+
+    monkeypatch.setattr(mysql, "_retrying", spy)
+    for op in (
+        lambda: mysql.queue_set_paused(name="q", paused=True),
+        lambda: mysql.job_insert_many(jobs=[ins()]),
+        lambda: mysql.batch_create(
+            name=None, task="t", idempotency_key=None, on_complete_json=None, jobs=[ins()]
+        ),
+        lambda: mysql.job_cancel_many(filter=JobFilter(queues=["q"])),
+    ):
+        before = len(outer)
+        op()
+        assert len(outer) > before
+    with raw_connection(mysql) as conn:
+        before = len(outer)
+        [inserted] = mysql.job_insert_many(jobs=[ins()], conn=conn)
+        assert len(outer) == before and inserted.created
 
 
 def test_racing_workers_run_every_job_once_and_deadlocks_are_counted(mysql):

@@ -48,13 +48,15 @@ def pooled(bouncer: PgBouncer, listen: str | None = None) -> str:
 
 
 class Fleet:
-    """`conveyor` subprocesses (the CLI, with the repository on PYTHONPATH) and the
+    """`conveyor` subprocesses (the CLI, with the repository on PYTHONPATH, before
+    the caller's: a worktree's src then runs in them too, as in the test) and the
     handlers' runs: ``<job id> <pid> <start time>`` lines in the effects file."""
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.effects = tmp / "effects.log"
-        self.env = {**os.environ, "EFFECTS_FILE": str(self.effects), "PYTHONPATH": str(ROOT)}
+        path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        self.env = {**os.environ, "EFFECTS_FILE": str(self.effects), "PYTHONPATH": path}
         self.env.pop("CONVEYOR_DATABASE_URL", None)
         self.procs: list[subprocess.Popen] = []
 

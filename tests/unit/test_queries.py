@@ -8,6 +8,7 @@ import pytest
 
 from conveyor.backends.mysql import backend as my
 from conveyor.backends.postgres import backend as pg
+from conveyor.backends.sql import loader
 from conveyor.backends.sql.loader import Dialect, shared_query_names, to_pyformat
 from conveyor.backends.sqlite import backend as lite
 
@@ -236,3 +237,25 @@ def test_the_limited_claims_function_is_made_of_the_named_statements() -> None:
     assert "{{" not in fn and "%" not in fn
     for name in ("limits_lock", "queue_running", "job_claim_candidates"):  # as they are
         assert pg.plpgsql(f"{{{{{name}}}}}", pg.Q).strip() in fn
+
+
+def test_a_fragment_is_written_once_and_placed_where_queries_name_it() -> None:
+    """``-- fragment:``: text two queries share, as if written in each (its comment
+    lines gone with theirs), and no query itself; a name without a fragment fails."""
+    text = (
+        "-- name: one\nWITH picked AS (SELECT 1)\n{FRAGMENT(tail)}\n"
+        "-- fragment: tail\n-- why\n  SELECT id  -- kept\n  FROM picked;\n"
+        "-- name: two\nSELECT 2 AS id\n{FRAGMENT(tail)}\n"
+    )
+    queries = loader._split(text, "test.sql")
+    assert queries == {
+        "one": "WITH picked AS (SELECT 1)\nSELECT id  -- kept\nFROM picked",
+        "two": "SELECT 2 AS id\nSELECT id  -- kept\nFROM picked",
+    }
+    with pytest.raises(ValueError, match="no fragment 'tale'"):
+        loader._split("-- name: one\n{FRAGMENT(tale)}\n", "test.sql")
+    with pytest.raises(ValueError, match="fragment 'tail' defined twice"):
+        loader._split("-- fragment: tail\nA\n-- fragment: tail\nB\n", "test.sql")
+    # The PostgreSQL claims end alike (the fragment job_claimed), written once.
+    tail = pg.Q["job_claim_limited"][pg.Q["job_claim_limited"].index("UPDATE conveyor_jobs j") :]
+    assert pg.Q["job_claim"].endswith(tail) and len(tail.splitlines()) == 18

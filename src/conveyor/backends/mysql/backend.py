@@ -24,31 +24,17 @@ What differs from the shared operations:
 from __future__ import annotations
 
 import json
-import logging
 import math
-import os
-import random
 import secrets
-import socket
-import threading
-import time
-import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import Any
 
 import pymysql
-import pymysql.cursors
-from pymysql.constants import CLIENT
 
-from ...connections import GreenletConnection
-from ...errors import ConfigError, DatabaseUnavailable
 from ...records import (
     Finalize,
     Heartbeat,
-    Inserted,
     JobInsert,
     JobRecord,
     JobState,
@@ -57,10 +43,8 @@ from ...records import (
     RescueResult,
     WorkerInfo,
 )
-from .. import waits
 from ..interfaces import Notifier, sent_by
-from ..sql.backend import SqlBackend, chunks
-from ..sql.loader import Dialect, load_migrations, load_queries
+from ..sql.backend import chunks
 from ..sql.logic import (
     KeyPair,
     QueueLimits,
@@ -73,216 +57,21 @@ from ..sql.logic import (
     queue_limits,
     queue_spends,
 )
+from .dialect import MIGRATIONS, Q
+from .notifier import HUB, MySQLNotifier
+from .session import MySQLSession, parse_url
 
-log = logging.getLogger("conveyor.mysql")
-T = TypeVar("T")
-
-_NOW = "coalesce(CAST(%(now)s AS DATETIME(6)), UTC_TIMESTAMP(6))"
-#: A change stamp: the writing transaction's number (see ``_change``), sent as a
-#: parameter the backend adds to every statement that stamps.
-_CHANGE = "%(change)s"
-#: The first number that may still commit (see ``_horizon``), also a parameter.
-_HORIZON = "%(horizon)s"
-
-
-def _in(args: list[str]) -> str:
-    # PyMySQL sends a tuple as "(a, b, ...)"; the backend sends (NULL) for an
-    # empty list, which matches nothing (PostgreSQL: = ANY(array)).
-    return f"IN {args[0]}"
+__all__ = [  # also read from here (tests): the dialect's, the notifier's, the session's
+    "HUB",
+    "MIGRATIONS",
+    "MySQLBackend",
+    "MySQLNotifier",
+    "Q",
+    "parse_url",
+]
 
 
-DIALECT = Dialect(
-    name="mysql",
-    paramstyle="pyformat",
-    macros={
-        "NOW": lambda a: _NOW,
-        # Whole microseconds: INTERVAL 1.5 SECOND would round to 2 seconds.
-        # (an argument may hold commas: the loader split it, join it again)
-        "NOW_PLUS": lambda a: f"({_NOW} + INTERVAL ROUND(({', '.join(a)}) * 1000000) MICROSECOND)",
-        "NOW_MINUS": lambda a: f"({_NOW} - INTERVAL ROUND(({', '.join(a)}) * 1000000) MICROSECOND)",
-        "SECONDS_SINCE": lambda a: f"(TIMESTAMPDIFF(MICROSECOND, {a[0]}, {_NOW}) / 1000000)",
-        "IN": _in,
-        "JSON": lambda a: a[0],
-        "TS": lambda a: f"CAST({a[0]} AS DATETIME(6))",
-        "FOR_UPDATE": lambda a: "FOR UPDATE",
-        "INDEXED_BY": lambda a: "",  # the planner has statistics
-        # The tables' collation is binary (exact keys): lower both sides.
-        "ICONTAINS": lambda a: f"LOWER(CAST({a[0]} AS CHAR)) LIKE LOWER({a[1]})",
-        "GREATEST": lambda a: f"GREATEST({', '.join(a)})",
-        "CHANGE": lambda a: _CHANGE,
-        "HORIZON": lambda a: _HORIZON,
-        "CHANGED_AFTER": lambda a: (
-            f"({a[0]} > CAST({a[2]} AS SIGNED)"
-            f" OR ({a[0]} = CAST({a[2]} AS SIGNED) AND {a[1]} > {a[3]}))"
-        ),
-        "CHANGE_HORIZON": lambda a: f"{a[0]} < {_HORIZON}",
-        "CHANGE_TEXT": lambda a: a[0],
-    },
-)
-Q = load_queries(__package__ or "conveyor.backends.mysql", DIALECT, own_named=True)
-MIGRATIONS = load_migrations(__package__ or "conveyor.backends.mysql")
-
-#: MySQL error codes: deadlock, lock wait timeout (the transaction is rolled back
-#: or the statement fails; either way we retry the whole transaction)
-RETRYABLE = frozenset({1213, 1205})
-#: connection-level failures (gone away, lost, cannot connect, server shutdown)
-CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 4031})
-MAX_RETRIES = 8
-#: a connection idle this long is pinged before use
-CHECK_IDLE_S = 2.0
-#: a server that does not answer yet or is going away: those, and too many
-#: connections, no socket, unknown host; 1045 (access denied) and 1049 (unknown
-#: database) are answers, not outages
-_TRANSIENT_CODES = CONNECTION_ERRORS | {1040, 2002, 2005}
-#: the server ends a session of ours idle this long (wait_timeout)
-SESSION_IDLE_S = 300
-
-
-def _code(exc: BaseException) -> int:
-    args = getattr(exc, "args", ())
-    return int(args[0]) if args and isinstance(args[0], int) else 0
-
-
-def parse_url(url: str) -> dict[str, Any]:
-    """``mysql://user:pass@host:3306/db`` (or ``mariadb://``) as PyMySQL arguments."""
-    parts = urlsplit(url)
-    database = unquote(parts.path.lstrip("/"))
-    if not database:
-        raise ConfigError(
-            f"MySQL URL {redact(url)} names no database: use mysql://user:pass@host:3306/dbname"
-        )
-    try:
-        port = parts.port or 3306
-    except ValueError as exc:
-        raise ConfigError(f"malformed MySQL URL {redact(url)}: {exc}") from exc
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(options) - {"connect_timeout", "unix_socket"}
-    if unknown:
-        raise ConfigError(
-            f"unknown MySQL URL option(s) {sorted(unknown)}: the options are "
-            "'connect_timeout' (seconds) and 'unix_socket' (a path)"
-        )
-    kwargs: dict[str, Any] = {
-        "host": parts.hostname or "127.0.0.1",
-        "port": port,
-        "user": unquote(parts.username) if parts.username else "root",
-        "password": unquote(parts.password) if parts.password else "",
-        "database": database,
-        "connect_timeout": float(options.get("connect_timeout", 10)),
-    }
-    if "unix_socket" in options:
-        kwargs["unix_socket"] = options["unix_socket"]
-    return kwargs
-
-
-def redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
-
-
-class _Hub:
-    """Wake-ups inside one process: a commit that made work wakes this process's
-    notifiers of the same database at once (other processes poll)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._notifiers: dict[str, weakref.WeakSet[MySQLNotifier]] = {}
-
-    def add(self, key: str, notifier: MySQLNotifier) -> None:
-        with self._lock:
-            self._notifiers.setdefault(key, weakref.WeakSet()).add(notifier)
-
-    def fire(self, key: str, hints: set[str]) -> None:
-        with self._lock:
-            targets = list(self._notifiers.get(key, ()))
-        for n in targets:
-            n.hint(hints)
-
-
-HUB = _Hub()
-
-
-class MySQLNotifier(Notifier):
-    """No LISTEN on MySQL: hints from this process arrive at once (the hub), and
-    changes committed by other processes are noticed by polling the largest change
-    stamp, every ``fast`` seconds while changes keep coming, backing off to
-    ``slow`` when idle. Stamps that do not move (a flag set, a late commit of an
-    older stamp) are left to the worker's own polling."""
-
-    def __init__(self, backend: MySQLBackend, fast: float = 0.02, slow: float = 0.25) -> None:
-        self._backend = backend
-        self._fast, self._slow = fast, slow
-        self._interval = fast
-        self._event = threading.Event()
-        self._hints: set[str] = set()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._conn: pymysql.connections.Connection[Any] | None = None
-        self._last: tuple[Any, Any] | None = None
-        HUB.add(backend.hub_key, self)
-        self._last = self._poll()
-
-    def hint(self, hints: set[str]) -> None:
-        with self._lock:
-            self._hints |= hints
-        self._event.set()
-
-    def _poll(self) -> tuple[Any, Any] | None:
-        try:
-            if self._conn is None:
-                self._conn = self._backend._connect()
-            with self._conn.cursor() as cur:
-                cur.execute(Q["max_change"])
-                row = cur.fetchone()
-            return (row["jobs"], row["batches"])
-        except pymysql.Error:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
-            return None
-
-    def wait(self, timeout: float) -> set[str]:
-        deadline = time.monotonic() + timeout
-        while not self._closed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return set()
-            if self._event.wait(min(self._interval, remaining)):
-                with self._lock:
-                    hints, self._hints = self._hints, set()
-                    self._event.clear()
-                if hints:
-                    self._interval = self._fast
-                    return hints
-                continue
-            if self._closed:
-                break
-            stamp = self._poll()
-            if stamp is not None and stamp != self._last:
-                self._last = stamp
-                self._interval = self._fast
-                return {"*"}
-            self._interval = min(self._interval * 2, self._slow)
-        return set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._event.set()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
-
-
-class MySQLBackend(SqlBackend):
+class MySQLBackend(MySQLSession):
     name = "mysql"
     capabilities = frozenset({"skip_locked", "network"})
     where = "the MySQL database"
@@ -290,315 +79,9 @@ class MySQLBackend(SqlBackend):
     MIGRATIONS = MIGRATIONS
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        super().__init__(url)
         #: per keyed queue, how far past its size a claim looks (next_window_factor)
         self._windows = WindowSizes()
-        self._kwargs = parse_url(url)
-        self.database = self._kwargs["database"]
-        self.hub_key = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
-        self.where = f"the MySQL database {self.database}"
-        self._local = threading.local()
-        self._all: list[pymysql.connections.Connection[Any]] = []
-        self._lock = threading.Lock()
-        #: the process the connections are this one's in (see _after_fork)
-        self._pid = os.getpid()
-        #: deadlocks and lock wait timeouts retried so far (racing workers)
-        self.deadlock_retries = 0
-        conn = self._conn()  # fail now, with the server's reason, if we cannot connect
-        self.mariadb = _is_mariadb(conn)
-
-    # -- connections -------------------------------------------------------------------
-    def _connect(self) -> pymysql.connections.Connection[Any]:
-        kwargs = self._kwargs
-        bound = waits.connection_wait_s()  # a server's request: an answer now
-        if bound is not None and bound < kwargs["connect_timeout"]:
-            kwargs = {**kwargs, "connect_timeout": bound}
-        try:
-            conn = pymysql.connect(
-                **kwargs,
-                charset="utf8mb4",
-                autocommit=True,
-                cursorclass=pymysql.cursors.DictCursor,
-                # rowcount = rows matched, as on PostgreSQL and SQLite (not only changed)
-                client_flag=CLIENT.FOUND_ROWS,
-            )
-            _network_defaults(conn)
-            with conn.cursor() as cur:
-                # UTC everywhere; READ COMMITTED: no gap locks (REPEATABLE READ's
-                # next-key locks make SKIP LOCKED claims block each other), and each
-                # statement sees what committed before it (limited claims rely on it).
-                cur.execute("SET time_zone = '+00:00'")
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                # Our transactions are short: a lock held for seconds belongs to a
-                # client that is gone or stuck. Give up after 10 s (not InnoDB's 50)
-                # and retry the whole transaction (error 1205), so a worker that
-                # was cut off, or is stopping, is never held for most of a minute.
-                cur.execute("SET SESSION innodb_lock_wait_timeout = 10")
-                # A transaction of ours left idle mid-way is ended by the server,
-                # its locks with it (SqlBackend.IDLE_TRANSACTION_S). MariaDB only:
-                # MySQL has no such setting (there the locks stay until the
-                # session's wait_timeout, 8 hours by default).
-                if _is_mariadb(conn):
-                    idle = max(1, round(self.IDLE_TRANSACTION_S))
-                    cur.execute(f"SET SESSION idle_transaction_timeout = {idle}")
-                # A session cut off from us between a claim's COMMIT and the release
-                # of its key locks (limits_lock_keys) keeps them until the server
-                # ends it: after 5 idle minutes, not 8 hours. Our idle connections
-                # are pinged before use (CHECK_IDLE_S) and made again if ended.
-                cur.execute(f"SET SESSION wait_timeout = {SESSION_IDLE_S}")
-        except pymysql.Error as exc:
-            raise self._unavailable(exc) from exc
-        return conn
-
-    def _unavailable(self, exc: BaseException) -> DatabaseUnavailable:
-        where = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
-        return DatabaseUnavailable(
-            f"cannot connect to MySQL at {where} (user {self._kwargs['user']}): {exc}. "
-            "Check that the server is running and the URL (host, port, user, database) is right.",
-            transient=_code(exc) in _TRANSIENT_CODES,
-        )
-
-    def _conn(self) -> pymysql.connections.Connection[Any]:
-        """This thread's connection. One idle for a while is pinged first: after a
-        server restart it is dead, and the statement about to use it would fail
-        although the server is back (PostgreSQL's pool does the same check)."""
-        if self._pid != os.getpid():
-            self._after_fork()
-        conn: pymysql.connections.Connection[Any] | None = getattr(self._local, "conn", None)
-        now = time.monotonic()
-        if conn is not None and now - getattr(self._local, "used", now) > CHECK_IDLE_S:
-            try:
-                conn.ping(reconnect=False)
-            except pymysql.Error:
-                self._drop()
-                conn = None
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        self._local.used = now
-        return conn
-
-    def _after_fork(self) -> None:
-        """In a child forked from the process that opened the connections: forget
-        them, unclosed, and connect anew. Each is a session of the parent's; a
-        statement of the child's on one would interleave with the parent's on the
-        same socket, and closing one (a QUIT) would end the parent's session. Their
-        sockets close with the child (pymysql closes without a QUIT when collected),
-        which the parent's copies do not notice."""
-        self._pid = os.getpid()
-        self._local = threading.local()
-        self._all = []
-        self._lock = threading.Lock()  # the parent's may have been held at the fork
-
-    def _drop(self) -> None:
-        """Forget this thread's connection after a connection error: the next call
-        connects again."""
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            with self._lock:
-                if conn in self._all:
-                    self._all.remove(conn)
-            try:
-                conn.close()
-            except Exception:
-                pass
-
-    def _fail(self, exc: pymysql.Error) -> Exception:
-        if isinstance(exc, pymysql.err.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
-            self._drop()
-            return self._unavailable(exc)
-        failed: Exception = exc
-        return failed
-
-    def _retry(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` (one whole transaction of ours) again after a deadlock or a
-        lock wait timeout, a bounded number of times, with jittered backoff."""
-        delay = 0.005
-        for attempt in range(MAX_RETRIES + 1):
-            try:
-                return fn()
-            except pymysql.err.OperationalError as exc:
-                if _code(exc) not in RETRYABLE or attempt == MAX_RETRIES:
-                    raise
-                self.deadlock_retries += 1
-                log.debug("retrying after MySQL error %s: %s", _code(exc), exc)
-            time.sleep(delay * random.uniform(0.5, 1.5))
-            delay = min(delay * 2, 0.5)
-        raise AssertionError("unreachable")
-
-    @contextmanager
-    def _tx(self, conn: Any = None) -> Iterator[Any]:
-        """A cursor in a transaction: the caller's (``conn``) or one of ours.
-        Hints (``_wake``) of our own transactions are sent after the commit."""
-        if conn is not None:
-            self._check_caller_conn(conn)
-            cur = conn.cursor(_dict_cursor(conn))
-            self._local.hints = None  # the caller commits: hint at once
-            self._local.change = None  # a number of its own, in the caller's transaction
-            try:
-                yield cur
-            finally:
-                cur.close()
-            return
-        own = self._conn()
-        hints: set[str] = set()
-        self._local.hints = hints
-        self._local.change = None
-        try:
-            own.begin()
-            cur = own.cursor()
-            try:
-                yield cur
-            finally:
-                cur.close()
-            own.commit()
-        except BaseException as exc:
-            try:
-                own.rollback()
-            except Exception:
-                pass
-            if isinstance(exc, pymysql.Error):
-                failed = self._fail(exc)
-                if failed is not exc:
-                    raise failed from exc
-            raise
-        finally:
-            self._local.hints = None
-        if hints:
-            HUB.fire(self.hub_key, hints)
-
-    def _check_caller_conn(self, conn: Any) -> None:
-        module = type(conn).__module__
-        if not isinstance(
-            conn, pymysql.connections.Connection | GreenletConnection
-        ) and not module.startswith("MySQLdb"):
-            raise ConfigError(
-                "conn= must be a PyMySQL (or mysqlclient) connection for a MySQL app, "
-                f"got {type(conn).__name__}"
-            )
-        cur = conn.cursor()
-        try:
-            cur.execute("SELECT DATABASE()")
-            row = cur.fetchone()
-        finally:
-            cur.close()
-        name = row[0] if isinstance(row, tuple | list) else next(iter(row.values()))
-        if name != self.database:
-            raise ConfigError(
-                f"conn= is connected to database {name!r}, not to this app's {self.database!r}"
-            )
-
-    def _wake(self, cur: Any, queues: Sequence[str]) -> None:
-        hints: set[str] | None = getattr(self._local, "hints", None)
-        if hints is None:
-            HUB.fire(self.hub_key, set(queues))
-        else:
-            hints.update(queues)
-
-    def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
-        text = sql or Q[name]
-        if _CHANGE in text:  # a write that stamps: in a transaction with its number
-
-            def write() -> list[Any]:
-                with self._tx() as cur:
-                    cur.execute(text, self._stamped(cur, text, params))
-                    return list(cur.fetchall()) if cur.description else []
-
-            return self._retry(write)
-
-        def run() -> list[Any]:
-            try:
-                with self._conn().cursor() as cur:
-                    if _HORIZON in text and "horizon" not in params:
-                        params["horizon"] = self._horizon()
-                    cur.execute(text, params)
-                    return list(cur.fetchall()) if cur.description else []
-            except pymysql.err.OperationalError as exc:
-                if _code(exc) in RETRYABLE:
-                    raise
-                raise self._fail(exc) from exc
-            except pymysql.err.InterfaceError as exc:
-                raise self._fail(exc) from exc
-
-        return self._retry(run)
-
-    @contextmanager
-    def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
-        """One horizon for every read: numbers below it are all committed, so
-        statements that each see the latest commits agree up to it."""
-        horizon = self._retry(self._horizon)
-
-        def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
-            return self._rows(name, {**params, "horizon": horizon}, sql=sql)
-
-        yield read
-
-    def _count(self, name: str, params: dict[str, Any]) -> int:
-        def run() -> int:
-            with self._tx() as cur:
-                return self._qc(cur, name, params)
-
-        return self._retry(run)
-
-    def _stamped(self, cur: Any, sql: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        params = dict(params or {})
-        if _CHANGE in sql:
-            params["change"] = self._change(cur)
-        return params
-
-    def _change(self, cur: Any) -> int:
-        """This transaction's change number, taken at its first stamped write: a new
-        row of conveyor_change_tx, which stays locked (and, to other readers,
-        uncommitted) until the transaction ends; numbers grow in the order taken."""
-        change: int | None = getattr(self._local, "change", None)
-        if change is None:
-            cur.execute(Q["change_take"])
-            change = self._local.change = int(cur.lastrowid)
-        return change
-
-    def _horizon(self) -> int:
-        """The smallest change number that may still commit: stamps below it are
-        final. A dirty read (READ UNCOMMITTED) lists the numbers taken, committed
-        or not; a committed read then tells which are committed. A number taken
-        after the first read is larger than all it saw, so only those count."""
-        ru: pymysql.connections.Connection[Any] | None = getattr(self._local, "ru", None)
-        if ru is None:
-            ru = self._local.ru = self._connect()
-            with self._lock:
-                self._all.append(ru)
-            with ru.cursor() as cur:
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
-        try:
-            with ru.cursor() as cur:
-                cur.execute(Q["change_numbers"])
-                taken = [int(r["id"]) for r in cur.fetchall()]
-        except pymysql.Error as exc:
-            self._local.ru = None
-            raise self._fail(exc) from exc
-        if not taken:
-            return 1
-        with self._conn().cursor() as cur:
-            cur.execute(Q["change_numbers_committed"], {"low": taken[0], "high": taken[-1]})
-            committed = {int(r["id"]) for r in cur.fetchall()}
-        still_open = [i for i in taken if i not in committed]
-        horizon = still_open[0] if still_open else taken[-1] + 1
-        if len(taken) > 10_000:  # no leader pruned them (no worker runs services)
-            self._count("change_prune", {"horizon": horizon})
-        return horizon
-
-    def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
-        sql = Q[name]
-        params = self._stamped(cur, sql, params)
-        if name == "batch_insert":  # no RETURNING on MySQL: the id of the one row
-            cur.execute(sql, params)
-            return [{"id": cur.lastrowid}] if cur.rowcount == 1 else []
-        return super()._q(cur, name, params)
-
-    def _qc(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> int:
-        return super()._qc(cur, name, self._stamped(cur, Q[name], params))
 
     def _migration_lock(self, cur: Any) -> None:
         pass  # a session lock taken around the whole migration (migrate)
@@ -614,20 +97,8 @@ class MySQLBackend(SqlBackend):
             with self._conn().cursor() as cur:
                 cur.execute(Q["migration_unlock"])
 
-    def close(self) -> None:
-        if self._pid != os.getpid():
-            self._after_fork()  # a child closes its own connections, not the parent's
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            try:
-                conn.close()
-            except Exception:
-                pass
-        self._local = threading.local()
-
     def notifier(self, *, events: bool = False) -> Notifier:
-        return MySQLNotifier(self)
+        return MySQLNotifier(self._connect, self.hub_key)
 
     # -- values --------------------------------------------------------------------------
     def _now(self, now: datetime | None) -> Any:
@@ -646,20 +117,6 @@ class MySQLBackend(SqlBackend):
 
     def _list(self, values: Sequence[Any]) -> Any:
         return tuple(values) if values else (None,)
-
-    # -- retried operations --------------------------------------------------------------
-    # Each of these is one transaction of ours: after a deadlock it runs again whole.
-    def job_insert_many(
-        self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
-    ) -> list[Inserted]:
-        if conn is not None:
-            return super().job_insert_many(jobs=jobs, conn=conn, now=now)
-        return self._retry(lambda: super(MySQLBackend, self).job_insert_many(jobs=jobs, now=now))
-
-    def batch_create(self, **kw: Any) -> tuple[int, bool]:
-        if kw.get("conn") is not None:
-            return super().batch_create(**kw)
-        return self._retry(lambda: super(MySQLBackend, self).batch_create(**kw))
 
     # -- the hot paths ---------------------------------------------------------------------
     def _insert_rows(
@@ -717,13 +174,13 @@ class MySQLBackend(SqlBackend):
         free = [q for q in queues if q not in limits]
         rows: list[Any] = []
         if free:  # the fast path: SKIP LOCKED, no limits to respect
-            rows = self._retry(lambda: self._claim_free(free, base, limit))
+            rows = self._retrying(lambda: self._claim_free(free, base, limit))
         for queue in (q for q in queues if q in limits):
             if len(rows) >= limit:
                 break
             room = limit - len(rows)
             lim = limits[queue]
-            rows += self._retry(
+            rows += self._retrying(
                 lambda q=queue, n=room, lim=lim: self._claim_limited(q, lim, base, n, tags)  # type: ignore[misc]
             )
         jobs = [self._job(r) for r in rows]
@@ -884,7 +341,7 @@ class MySQLBackend(SqlBackend):
         if not outcomes:
             return []
         firsts = first_outcomes(outcomes)
-        return self._retry(lambda: self._finalize(worker_id, firsts, self._now(now)))
+        return self._retrying(lambda: self._finalize(worker_id, firsts, self._now(now)))
 
     def _finalize(self, worker_id: str, outcomes: Sequence[Finalize], ts: Any) -> list[int]:
         accepted: list[int] = []
@@ -1007,7 +464,7 @@ class MySQLBackend(SqlBackend):
                     self._wake(cur, sorted({r["queue"] for r in rows}))
             return released
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def worker_heartbeat(self, *, worker: WorkerInfo, now: datetime | None = None) -> Heartbeat:
         ts = self._now(now)
@@ -1039,7 +496,7 @@ class MySQLBackend(SqlBackend):
                 resurrected=bool(me["inserted"]),
             )
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def job_rescue(
         self, *, worker_ttl_s: float, limit: int = 1000, now: datetime | None = None
@@ -1097,7 +554,7 @@ class MySQLBackend(SqlBackend):
                 self._wake(cur, sorted(hints))
             return RescueResult(requeued=requeued, failed=failed)
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def job_schedule_due(self, *, limit: int = 1000, now: datetime | None = None) -> int:
         ts = self._now(now)
@@ -1111,7 +568,7 @@ class MySQLBackend(SqlBackend):
                     self._wake(cur, sorted({r["queue"] for r in rows}))
             return len(rows)
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def job_age_priorities(
         self,
@@ -1135,7 +592,7 @@ class MySQLBackend(SqlBackend):
                     )
             return len(rows)
 
-        return self._retry(run)
+        return self._retrying(run)
 
     def counts_fold(self) -> None:
         self._fold(
@@ -1168,37 +625,7 @@ class MySQLBackend(SqlBackend):
                     self._qc(cur, delete, {"ids": self._list(list(ids))})
             return len(rows)
 
-        while self._retry(run) >= 10000:
-            pass
-
-
-def _is_mariadb(conn: Any) -> bool:
-    """Whether the server is MariaDB (``conn``'s handshake names it), not MySQL."""
-    return "mariadb" in str(conn.get_server_info()).lower()
-
-
-def _network_defaults(conn: Any) -> None:
-    """TCP keepalives and a send timeout on the connection's socket (as the
-    PostgreSQL backend asks libpq for): through a network that silently drops
-    packets, a read or write fails within seconds instead of hanging for the
-    kernel's default of many minutes, so a worker cut off from the database stays
-    able to stop and to reconnect."""
-    sock = getattr(conn, "_sock", None)
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return
-    options = [
-        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), 10),
-        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), 3),
-        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), 3),
-        (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), 15_000),
-    ]
-    for level, name, value in options:
-        if name is None:  # not on this platform
-            continue
-        try:
-            sock.setsockopt(level, name, value)
-        except OSError:
+        while self._retrying(run) >= 10000:
             pass
 
 
@@ -1206,55 +633,3 @@ def _naive_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value
     return value.astimezone(UTC).replace(tzinfo=None)
-
-
-def _dict_cursor(conn: Any) -> Any:
-    """The dict cursor class of the caller's driver (PyMySQL, mysqlclient; under
-    SQLAlchemy's asyncio, aiomysql or asyncmy): ``<package>.cursors.DictCursor``."""
-    if isinstance(conn, GreenletConnection):
-        conn = conn.driver
-    if not isinstance(conn, pymysql.connections.Connection):
-        import importlib
-
-        package = type(conn).__module__.split(".", 1)[0]
-        return importlib.import_module(f"{package}.cursors").DictCursor
-    return pymysql.cursors.DictCursor
-
-
-# Operations of the shared backend that are one transaction of ours each: retried
-# whole after a deadlock or a lock wait timeout.
-_RETRIED = (
-    "job_retry_many",
-    "job_cancel_many",
-    "job_delete_many",
-    "job_prune",
-    "worker_request_stop",
-    "leader_attempt_elect",
-    "queue_set_paused",
-    "queue_set_limit",
-    "queue_set_rate",
-    "batch_cancel",
-    "batch_close",
-    "job_chain_append",
-    "job_chain_advance",
-    "cron_first_seen",
-    "token_insert",
-    "action_insert",
-    "action_update",
-    "task_settings_set",
-)
-
-
-def _retried(name: str) -> Callable[..., Any]:
-    shared = getattr(SqlBackend, name)
-
-    def method(self: MySQLBackend, *args: Any, **kwargs: Any) -> Any:
-        return self._retry(lambda: shared(self, *args, **kwargs))
-
-    method.__name__ = name
-    method.__doc__ = shared.__doc__
-    return method
-
-
-for _name in _RETRIED:
-    setattr(MySQLBackend, _name, _retried(_name))

@@ -204,6 +204,30 @@ WITH t AS (
 )
 SELECT id, unique_key, idempotency_key, (SELECT count(*) FROM woken) AS notified FROM ins
 
+-- fragment: job_claimed
+-- The end of both claims (job_claim, job_claim_limited): the jobs a CTE `picked`
+-- chose, at the time of a CTE `t`, become the worker's, and come back as a claim
+-- returns them.
+UPDATE conveyor_jobs j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    lease_owner = %(worker_id)s,
+    lease_token = gen_random_uuid()::text,
+    lease_expires_at = t.now + make_interval(secs => %(lease_s)s::float8),
+    started_at = t.now,
+    error = NULL,
+    changed = {CHANGE}
+FROM t
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
+  -- (see "Live" at the top)
+  AND {UNFINISHED(j)}
+RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
+          j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
+          j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
+          j.scheduled_at, j.started_at, j.finished_at, j.batch_id, j.context::text AS context,
+          j.chain_root, j.tenant, j.base_priority, j.concurrency_key, j.rate_key, j.rate_per_s,
+          j.rate_burst, j.pinned_to::text AS pinned_to
+
 -- name: job_claim
 -- Claim: SKIP LOCKED lets many workers claim concurrently without waiting on
 -- one another. One LATERAL probe per queue keeps each an ordered walk of the
@@ -249,25 +273,8 @@ WITH t AS (
          ) c
     LIMIT %(limit)s
 )
-UPDATE conveyor_jobs j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    lease_owner = %(worker_id)s,
-    lease_token = gen_random_uuid()::text,
-    lease_expires_at = t.now + make_interval(secs => %(lease_s)s::float8),
-    started_at = t.now,
-    error = NULL,
-    changed = {CHANGE}
-FROM t
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
-  -- (see "Live" at the top)
-  AND {UNFINISHED(j)}
-RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
-          j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
-          j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
-          j.scheduled_at, j.started_at, j.finished_at, j.batch_id, j.context::text AS context,
-          j.chain_root, j.tenant, j.base_priority, j.concurrency_key, j.rate_key, j.rate_per_s,
-          j.rate_burst, j.pinned_to::text AS pinned_to  -- (as job_claim_limited: NULL here)
+-- (pinned_to comes back as from job_claim_limited, NULL here: pinned jobs are its)
+{FRAGMENT(job_claimed)}
 
 -- name: job_finalize_many
 -- Fencing: a row is only touched while it is still running under the token the
@@ -737,25 +744,7 @@ WITH t AS (
     ORDER BY r.priority DESC, r.scheduled_at, r.id
     LIMIT (SELECT n FROM room)
 )
-UPDATE conveyor_jobs j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    lease_owner = %(worker_id)s,
-    lease_token = gen_random_uuid()::text,
-    lease_expires_at = t.now + make_interval(secs => %(lease_s)s::float8),
-    started_at = t.now,
-    error = NULL,
-    changed = {CHANGE}
-FROM t
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))  -- (see "By id" at the top)
-  -- (see "Live" at the top)
-  AND {UNFINISHED(j)}
-RETURNING j.id, j.queue, j.task, j.args::text AS args, j.state, j.priority, j.attempt,
-          j.max_attempts, j.timeout_s, j.backoff::text AS backoff, j.stage, j.unique_key,
-          j.idempotency_key, j.lease_owner, j.lease_token, j.lease_expires_at, j.created_at,
-          j.scheduled_at, j.started_at, j.finished_at, j.batch_id, j.context::text AS context,
-          j.chain_root, j.tenant, j.base_priority, j.concurrency_key, j.rate_key, j.rate_per_s,
-          j.rate_burst, j.pinned_to::text AS pinned_to
+{FRAGMENT(job_claimed)}
 
 -- name: job_claim_limited_function
 -- A limited claim in one round trip (job_claim_limited_call). Its statements must

@@ -11,12 +11,13 @@ inside one write transaction.
 from __future__ import annotations
 
 import abc
+import functools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ...connections import dbapi_connection
 from ...records import (
@@ -79,6 +80,26 @@ _TIME_FIELDS = frozenset(
 )
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+B = TypeVar("B", bound="SqlBackend")
+
+
+def retried(op: Callable[Concatenate[B, P], T]) -> Callable[Concatenate[B, P], T]:
+    """An operation that is one transaction of ours, run through the dialect's
+    ``_retrying`` hook: a dialect whose server rolls a transaction back on a
+    deadlock or a lock wait timeout (MySQL) runs it again whole. Inside a
+    caller's transaction (``conn=``) it runs once: that retry is the caller's."""
+
+    @functools.wraps(op)
+    def run(self: B, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if kwargs.get("conn") is not None:
+            return op(self, *args, **kwargs)
+        return self._retrying(lambda: op(self, *args, **kwargs))
+
+    return run
+
+
 def _like_pattern(text: str) -> str:
     """A LIKE pattern matching ``text`` literally anywhere (backslash escapes)."""
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -122,6 +143,12 @@ class SqlBackend(Backend):
     @abc.abstractmethod
     def _count(self, name: str, params: dict[str, Any]) -> int:
         """Run one write statement on its own; rows it changed."""
+
+    def _retrying(self, run: Callable[[], T]) -> T:
+        """``run()``, one whole transaction of ours (see ``retried``), run again
+        by a dialect whose server rolls transactions back under contention; once
+        here."""
+        return run()
 
     # -- dialect hooks: values ------------------------------------------------------------
     @abc.abstractmethod
@@ -247,6 +274,7 @@ class SqlBackend(Backend):
             cur.execute(stmt)
 
     # -- jobs: producers -----------------------------------------------------------------
+    @retried
     def job_insert_many(
         self, *, jobs: Sequence[JobInsert], conn: Any = None, now: datetime | None = None
     ) -> list[Inserted]:
@@ -297,6 +325,7 @@ class SqlBackend(Backend):
         return [attempt_from_row(r, self._ts) for r in self._rows("job_attempts", {"id": job_id})]
 
     # -- jobs: operator actions -----------------------------------------------------------
+    @retried
     def job_retry_many(
         self, *, filter: JobFilter, limit: int = 500, now: datetime | None = None
     ) -> list[int]:
@@ -314,6 +343,7 @@ class SqlBackend(Backend):
             self._wake(cur, sorted(set(queues)))
         return ids
 
+    @retried
     def job_cancel_many(
         self, *, filter: JobFilter, limit: int = 500, now: datetime | None = None
     ) -> tuple[list[int], list[int]]:
@@ -329,6 +359,7 @@ class SqlBackend(Backend):
                 self._wake(cur, ["@cancel"])
         return pending, running
 
+    @retried
     def job_delete_many(self, *, filter: JobFilter, limit: int = 500) -> list[int]:
         with self._tx() as cur:
             ids = self._filtered_ids(cur, "job_select_deletable", filter, limit)
@@ -388,6 +419,7 @@ class SqlBackend(Backend):
             "now": self._now(now),
         }
 
+    @retried
     def job_prune(
         self,
         *,
@@ -416,6 +448,7 @@ class SqlBackend(Backend):
     def worker_deregister(self, *, worker_id: str) -> None:
         self._count("worker_delete", {"id": worker_id})
 
+    @retried
     def worker_request_stop(self, *, worker_id: str) -> bool:
         with self._tx() as cur:
             found = self._qc(cur, "worker_request_stop", {"id": worker_id}) > 0
@@ -431,6 +464,7 @@ class SqlBackend(Backend):
             "worker_prune_stale", {"older_than_s": float(older_than_s), "now": self._now(now)}
         )
 
+    @retried
     def leader_attempt_elect(
         self, *, name: str, holder: str, ttl_s: float, now: datetime | None = None
     ) -> bool:
@@ -444,6 +478,7 @@ class SqlBackend(Backend):
         self._count("leader_resign", {"name": name, "holder": holder})
 
     # -- queues ---------------------------------------------------------------------------
+    @retried
     def queue_set_paused(self, *, name: str, paused: bool, now: datetime | None = None) -> None:
         with self._tx() as cur:
             self._qc(
@@ -452,6 +487,7 @@ class SqlBackend(Backend):
             if not paused:
                 self._wake(cur, [name])
 
+    @retried
     def queue_set_limit(
         self, *, name: str, max_running: int | None, now: datetime | None = None
     ) -> None:
@@ -461,6 +497,7 @@ class SqlBackend(Backend):
             self._wake(cur, [name])
         self._limits_changed()
 
+    @retried
     def queue_set_rate(
         self,
         *,
@@ -500,6 +537,7 @@ class SqlBackend(Backend):
         ]
 
     # -- batches --------------------------------------------------------------------------
+    @retried
     def batch_create(
         self,
         *,
@@ -619,6 +657,7 @@ class SqlBackend(Backend):
     def batch_jobs(self, *, batch_id: int) -> list[JobRecord]:
         return [self._job(r) for r in self._rows("batch_jobs", {"id": batch_id})]
 
+    @retried
     def batch_cancel(self, *, batch_id: int, now: datetime | None = None) -> int:
         params = {"id": batch_id, "now": self._now(now)}
         with self._tx() as cur:
@@ -647,6 +686,7 @@ class SqlBackend(Backend):
     def batch_ready(self, *, limit: int = 100) -> list[int]:
         return [int(r["id"]) for r in self._rows("batch_ready", {"limit": limit})]
 
+    @retried
     def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None:
         ts = self._now(now)
         with self._tx() as cur:
@@ -674,6 +714,7 @@ class SqlBackend(Backend):
         return closed
 
     # -- chains ---------------------------------------------------------------------------
+    @retried
     def job_chain_append(self, *, job_id: int, steps_json: str) -> bool:
         with self._tx() as cur:
             rows = self._q(cur, "job_chain_get", {"id": job_id})
@@ -688,6 +729,7 @@ class SqlBackend(Backend):
     def job_chain_due(self, *, limit: int = 100) -> list[ChainLink]:
         return [chain_link_from_row(r) for r in self._rows("job_chain_due", {"limit": limit})]
 
+    @retried
     def job_chain_advance(
         self,
         *,
@@ -726,6 +768,7 @@ class SqlBackend(Backend):
         return next_id or None
 
     # -- cron ------------------------------------------------------------------------------
+    @retried
     def cron_first_seen(
         self, *, names: Sequence[str], now: datetime | None = None
     ) -> dict[str, datetime]:
@@ -788,6 +831,7 @@ class SqlBackend(Backend):
         return out[:limit]
 
     # -- the server's own storage ---------------------------------------------------------
+    @retried
     def token_insert(
         self, *, token: ApiToken, secret_hash: str, now: datetime | None = None
     ) -> None:
@@ -819,6 +863,7 @@ class SqlBackend(Backend):
     def token_count_all(self) -> int:
         return int(self._rows("token_count_all", {})[0]["n"])
 
+    @retried
     def action_insert(
         self,
         *,
@@ -840,6 +885,7 @@ class SqlBackend(Backend):
         with self._tx() as cur:
             self._qc(cur, "action_insert", params)
 
+    @retried
     def action_update(
         self,
         *,
@@ -875,6 +921,7 @@ class SqlBackend(Backend):
         rows = self._rows("task_settings_get", {"task": task})
         return task_settings_from_row(rows[0], self._ts) if rows else None
 
+    @retried
     def task_settings_set(
         self, *, settings: TaskSettings, backoff_json: str | None, now: datetime | None = None
     ) -> int:

@@ -1,7 +1,10 @@
 """Named queries and numbered migrations kept as ``.sql`` files.
 
 A query file is a sequence of blocks, each introduced by ``-- name: <name>``;
-comments before the SQL explain why the query is shaped as it is.
+comments before the SQL explain why the query is shaped as it is. A block
+introduced by ``-- fragment: <name>`` is no query: it is text that queries of the
+same file share, written once and placed where a query says
+``{FRAGMENT(<name>)}`` (at load, before anything else, as if written there).
 
 ``backends/sql/common.sql`` holds the queries every dialect runs as they are. It
 is written with ``:name`` parameters and a few macros for what truly differs
@@ -35,7 +38,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
-_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_BLOCK = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$", re.MULTILINE)
+_USE_FRAGMENT = re.compile(r"\{FRAGMENT\((\w+)\)\}")
 _MACRO = re.compile(r"\{([A-Z_]+)(?:\(([^{}]*)\))?\}")
 #: slots the backend fills per call, not at load
 SLOTS = frozenset({"FILTER"})
@@ -78,20 +82,32 @@ class Dialect:
 
 
 def _split(text: str, where: str) -> dict[str, str]:
-    parts = _NAME.split(text)
-    queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise ValueError(f"{where}: query {name!r} defined twice")
-        # Without comment lines and indentation: psycopg caches the conversion of a
-        # query text only up to 4 KB, and the hot statements must stay under it.
-        sql = "\n".join(
-            ln.strip()
-            for ln in body.splitlines()
-            if ln.strip() and not ln.lstrip().startswith("--")
-        )
-        queries[name] = sql.strip().rstrip(";")
-    return queries
+    parts = _BLOCK.split(text)
+    blocks: dict[str, dict[str, str]] = {"name": {}, "fragment": {}}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        if name in blocks[kind]:
+            what = "query" if kind == "name" else kind
+            raise ValueError(f"{where}: {what} {name!r} defined twice")
+        blocks[kind][name] = body
+    fragments = blocks["fragment"]
+
+    def fragment(m: re.Match[str]) -> str:
+        if m.group(1) not in fragments:
+            raise ValueError(f"{where}: no fragment {m.group(1)!r}")
+        return fragments[m.group(1)]
+
+    return {
+        name: _clean(_USE_FRAGMENT.sub(fragment, body)) for name, body in blocks["name"].items()
+    }
+
+
+def _clean(body: str) -> str:
+    # Without comment lines and indentation: psycopg caches the conversion of a
+    # query text only up to 4 KB, and the hot statements must stay under it.
+    sql = "\n".join(
+        ln.strip() for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith("--")
+    )
+    return sql.strip().rstrip(";")
 
 
 def to_pyformat(sql: str) -> str:

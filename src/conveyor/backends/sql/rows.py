@@ -127,10 +127,8 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
         cancel_requested,
     ) = values
     problems: list[str] = []
-    args = _read("args", args_json, problems) or {}
-    if not isinstance(args, dict):
-        problems.append("args: not an arguments document")
-        args = {}
+    if not isinstance(args := _read("args", args_json, problems) or {}, dict):
+        args = _not_arguments(problems)
     return frozen_record(
         JobRecord,
         {
@@ -172,6 +170,13 @@ def _job(values: Sequence[Any], ts: Ts) -> JobRecord:
             "unreadable": "; ".join(problems) if problems else None,
         },
     )
+
+
+def _not_arguments(problems: list[str]) -> dict[str, Any]:
+    """What a job whose ``args`` column holds JSON but no arguments document is
+    read with: no arguments, and why (the rare path, out of ``_job``'s way)."""
+    problems.append("args: not an arguments document")
+    return {}
 
 
 def _read(name: str, text: str | None, problems: list[str]) -> Any:

@@ -1,0 +1,465 @@
+"""MySQL sessions: a connection per thread (pinged after a while idle, made
+anew in a forked child), how each is set up, PyMySQL's errors as Conveyor's, the
+retry of a transaction after a deadlock or a lock wait timeout, and the change
+numbers that stamp a transaction's writes.
+
+The backend's connection hooks (``_tx``, ``_rows``, ``_count``,
+``_snapshot_reads``, ``_retrying``) are here, in ``MySQLSession``, the base of
+``MySQLBackend``, which adds the operations."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pymysql
+import pymysql.cursors
+from pymysql.constants import CLIENT
+
+from ...connections import GreenletConnection
+from ...errors import ConfigError, DatabaseUnavailable
+from .. import waits
+from ..sql.backend import SqlBackend
+from .dialect import _CHANGE, _HORIZON, Q
+from .notifier import HUB
+
+log = logging.getLogger("conveyor.mysql")
+T = TypeVar("T")
+
+#: MySQL error codes: deadlock, lock wait timeout (the transaction is rolled back
+#: or the statement fails; either way we retry the whole transaction)
+RETRYABLE = frozenset({1213, 1205})
+#: connection-level failures (gone away, lost, cannot connect, server shutdown)
+CONNECTION_ERRORS = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 4031})
+MAX_RETRIES = 8
+#: a connection idle this long is pinged before use
+CHECK_IDLE_S = 2.0
+#: a server that does not answer yet or is going away: those, and too many
+#: connections, no socket, unknown host; 1045 (access denied) and 1049 (unknown
+#: database) are answers, not outages
+_TRANSIENT_CODES = CONNECTION_ERRORS | {1040, 2002, 2005}
+#: the server ends a session of ours idle this long (wait_timeout)
+SESSION_IDLE_S = 300
+
+
+def _code(exc: BaseException) -> int:
+    args = getattr(exc, "args", ())
+    return int(args[0]) if args and isinstance(args[0], int) else 0
+
+
+def parse_url(url: str) -> dict[str, Any]:
+    """``mysql://user:pass@host:3306/db`` (or ``mariadb://``) as PyMySQL arguments."""
+    parts = urlsplit(url)
+    database = unquote(parts.path.lstrip("/"))
+    if not database:
+        raise ConfigError(
+            f"MySQL URL {redact(url)} names no database: use mysql://user:pass@host:3306/dbname"
+        )
+    try:
+        port = parts.port or 3306
+    except ValueError as exc:
+        raise ConfigError(f"malformed MySQL URL {redact(url)}: {exc}") from exc
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    unknown = set(options) - {"connect_timeout", "unix_socket"}
+    if unknown:
+        raise ConfigError(
+            f"unknown MySQL URL option(s) {sorted(unknown)}: the options are "
+            "'connect_timeout' (seconds) and 'unix_socket' (a path)"
+        )
+    kwargs: dict[str, Any] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": port,
+        "user": unquote(parts.username) if parts.username else "root",
+        "password": unquote(parts.password) if parts.password else "",
+        "database": database,
+        "connect_timeout": float(options.get("connect_timeout", 10)),
+    }
+    if "unix_socket" in options:
+        kwargs["unix_socket"] = options["unix_socket"]
+    return kwargs
+
+
+def redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+class MySQLSession(SqlBackend):
+    """The connections of a MySQL backend: one per thread, and the hooks through
+    which every operation runs its statements."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._kwargs = parse_url(url)
+        self.database = self._kwargs["database"]
+        self.hub_key = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
+        self.where = f"the MySQL database {self.database}"
+        self._local = threading.local()
+        self._all: list[pymysql.connections.Connection[Any]] = []
+        self._lock = threading.Lock()
+        #: the process the connections are this one's in (see _after_fork)
+        self._pid = os.getpid()
+        #: deadlocks and lock wait timeouts retried so far (racing workers)
+        self.deadlock_retries = 0
+        conn = self._conn()  # fail now, with the server's reason, if we cannot connect
+        self.mariadb = _is_mariadb(conn)
+
+    # -- connections -------------------------------------------------------------------
+    def _connect(self) -> pymysql.connections.Connection[Any]:
+        kwargs = self._kwargs
+        bound = waits.connection_wait_s()  # a server's request: an answer now
+        if bound is not None and bound < kwargs["connect_timeout"]:
+            kwargs = {**kwargs, "connect_timeout": bound}
+        try:
+            conn = pymysql.connect(
+                **kwargs,
+                charset="utf8mb4",
+                autocommit=True,
+                cursorclass=pymysql.cursors.DictCursor,
+                # rowcount = rows matched, as on PostgreSQL and SQLite (not only changed)
+                client_flag=CLIENT.FOUND_ROWS,
+            )
+            _network_defaults(conn)
+            with conn.cursor() as cur:
+                # UTC everywhere; READ COMMITTED: no gap locks (REPEATABLE READ's
+                # next-key locks make SKIP LOCKED claims block each other), and each
+                # statement sees what committed before it (limited claims rely on it).
+                cur.execute("SET time_zone = '+00:00'")
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                # Our transactions are short: a lock held for seconds belongs to a
+                # client that is gone or stuck. Give up after 10 s (not InnoDB's 50)
+                # and retry the whole transaction (error 1205), so a worker that
+                # was cut off, or is stopping, is never held for most of a minute.
+                cur.execute("SET SESSION innodb_lock_wait_timeout = 10")
+                # A transaction of ours left idle mid-way is ended by the server,
+                # its locks with it (SqlBackend.IDLE_TRANSACTION_S). MariaDB only:
+                # MySQL has no such setting (there the locks stay until the
+                # session's wait_timeout, 8 hours by default).
+                if _is_mariadb(conn):
+                    idle = max(1, round(self.IDLE_TRANSACTION_S))
+                    cur.execute(f"SET SESSION idle_transaction_timeout = {idle}")
+                # A session cut off from us between a claim's COMMIT and the release
+                # of its key locks (limits_lock_keys) keeps them until the server
+                # ends it: after 5 idle minutes, not 8 hours. Our idle connections
+                # are pinged before use (CHECK_IDLE_S) and made again if ended.
+                cur.execute(f"SET SESSION wait_timeout = {SESSION_IDLE_S}")
+        except pymysql.Error as exc:
+            raise self._unavailable(exc) from exc
+        return conn
+
+    def _unavailable(self, exc: BaseException) -> DatabaseUnavailable:
+        where = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
+        return DatabaseUnavailable(
+            f"cannot connect to MySQL at {where} (user {self._kwargs['user']}): {exc}. "
+            "Check that the server is running and the URL (host, port, user, database) is right.",
+            transient=_code(exc) in _TRANSIENT_CODES,
+        )
+
+    def _conn(self) -> pymysql.connections.Connection[Any]:
+        """This thread's connection. One idle for a while is pinged first: after a
+        server restart it is dead, and the statement about to use it would fail
+        although the server is back (PostgreSQL's pool does the same check)."""
+        if self._pid != os.getpid():
+            self._after_fork()
+        conn: pymysql.connections.Connection[Any] | None = getattr(self._local, "conn", None)
+        now = time.monotonic()
+        if conn is not None and now - getattr(self._local, "used", now) > CHECK_IDLE_S:
+            try:
+                conn.ping(reconnect=False)
+            except pymysql.Error:
+                self._drop()
+                conn = None
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        self._local.used = now
+        return conn
+
+    def _after_fork(self) -> None:
+        """In a child forked from the process that opened the connections: forget
+        them, unclosed, and connect anew. Each is a session of the parent's; a
+        statement of the child's on one would interleave with the parent's on the
+        same socket, and closing one (a QUIT) would end the parent's session. Their
+        sockets close with the child (pymysql closes without a QUIT when collected),
+        which the parent's copies do not notice."""
+        self._pid = os.getpid()
+        self._local = threading.local()
+        self._all = []
+        self._lock = threading.Lock()  # the parent's may have been held at the fork
+
+    def _drop(self) -> None:
+        """Forget this thread's connection after a connection error: the next call
+        connects again."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with self._lock:
+                if conn in self._all:
+                    self._all.remove(conn)
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _fail(self, exc: pymysql.Error) -> Exception:
+        if isinstance(exc, pymysql.err.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
+            self._drop()
+            return self._unavailable(exc)
+        failed: Exception = exc
+        return failed
+
+    def _retrying(self, run: Callable[[], T]) -> T:
+        """Run ``run`` (one whole transaction of ours) again after a deadlock or a
+        lock wait timeout, a bounded number of times, with jittered backoff: the
+        hook the shared operations go through (``retried``), and our own."""
+        delay = 0.005
+        for attempt in range(MAX_RETRIES + 1):
+            try:
+                return run()
+            except pymysql.err.OperationalError as exc:
+                if _code(exc) not in RETRYABLE or attempt == MAX_RETRIES:
+                    raise
+                self.deadlock_retries += 1
+                log.debug("retrying after MySQL error %s: %s", _code(exc), exc)
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _tx(self, conn: Any = None) -> Iterator[Any]:
+        """A cursor in a transaction: the caller's (``conn``) or one of ours.
+        Hints (``_wake``) of our own transactions are sent after the commit."""
+        if conn is not None:
+            self._check_caller_conn(conn)
+            cur = conn.cursor(_dict_cursor(conn))
+            self._local.hints = None  # the caller commits: hint at once
+            self._local.change = None  # a number of its own, in the caller's transaction
+            try:
+                yield cur
+            finally:
+                cur.close()
+            return
+        own = self._conn()
+        hints: set[str] = set()
+        self._local.hints = hints
+        self._local.change = None
+        try:
+            own.begin()
+            cur = own.cursor()
+            try:
+                yield cur
+            finally:
+                cur.close()
+            own.commit()
+        except BaseException as exc:
+            try:
+                own.rollback()
+            except Exception:
+                pass
+            if isinstance(exc, pymysql.Error):
+                failed = self._fail(exc)
+                if failed is not exc:
+                    raise failed from exc
+            raise
+        finally:
+            self._local.hints = None
+        if hints:
+            HUB.fire(self.hub_key, hints)
+
+    def _check_caller_conn(self, conn: Any) -> None:
+        module = type(conn).__module__
+        if not isinstance(
+            conn, pymysql.connections.Connection | GreenletConnection
+        ) and not module.startswith("MySQLdb"):
+            raise ConfigError(
+                "conn= must be a PyMySQL (or mysqlclient) connection for a MySQL app, "
+                f"got {type(conn).__name__}"
+            )
+        cur = conn.cursor()
+        try:
+            cur.execute("SELECT DATABASE()")
+            row = cur.fetchone()
+        finally:
+            cur.close()
+        name = row[0] if isinstance(row, tuple | list) else next(iter(row.values()))
+        if name != self.database:
+            raise ConfigError(
+                f"conn= is connected to database {name!r}, not to this app's {self.database!r}"
+            )
+
+    def _wake(self, cur: Any, queues: Sequence[str]) -> None:
+        hints: set[str] | None = getattr(self._local, "hints", None)
+        if hints is None:
+            HUB.fire(self.hub_key, set(queues))
+        else:
+            hints.update(queues)
+
+    def _rows(self, name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
+        text = sql or Q[name]
+        if _CHANGE in text:  # a write that stamps: in a transaction with its number
+
+            def write() -> list[Any]:
+                with self._tx() as cur:
+                    cur.execute(text, self._stamped(cur, text, params))
+                    return list(cur.fetchall()) if cur.description else []
+
+            return self._retrying(write)
+
+        def run() -> list[Any]:
+            try:
+                with self._conn().cursor() as cur:
+                    if _HORIZON in text and "horizon" not in params:
+                        params["horizon"] = self._horizon()
+                    cur.execute(text, params)
+                    return list(cur.fetchall()) if cur.description else []
+            except pymysql.err.OperationalError as exc:
+                if _code(exc) in RETRYABLE:
+                    raise
+                raise self._fail(exc) from exc
+            except pymysql.err.InterfaceError as exc:
+                raise self._fail(exc) from exc
+
+        return self._retrying(run)
+
+    @contextmanager
+    def _snapshot_reads(self) -> Iterator[Callable[..., list[Any]]]:
+        """One horizon for every read: numbers below it are all committed, so
+        statements that each see the latest commits agree up to it."""
+        horizon = self._retrying(self._horizon)
+
+        def read(name: str, params: dict[str, Any], *, sql: str | None = None) -> list[Any]:
+            return self._rows(name, {**params, "horizon": horizon}, sql=sql)
+
+        yield read
+
+    def _count(self, name: str, params: dict[str, Any]) -> int:
+        def run() -> int:
+            with self._tx() as cur:
+                return self._qc(cur, name, params)
+
+        return self._retrying(run)
+
+    def _stamped(self, cur: Any, sql: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        params = dict(params or {})
+        if _CHANGE in sql:
+            params["change"] = self._change(cur)
+        return params
+
+    def _change(self, cur: Any) -> int:
+        """This transaction's change number, taken at its first stamped write: a new
+        row of conveyor_change_tx, which stays locked (and, to other readers,
+        uncommitted) until the transaction ends; numbers grow in the order taken."""
+        change: int | None = getattr(self._local, "change", None)
+        if change is None:
+            cur.execute(Q["change_take"])
+            change = self._local.change = int(cur.lastrowid)
+        return change
+
+    def _horizon(self) -> int:
+        """The smallest change number that may still commit: stamps below it are
+        final. A dirty read (READ UNCOMMITTED) lists the numbers taken, committed
+        or not; a committed read then tells which are committed. A number taken
+        after the first read is larger than all it saw, so only those count."""
+        ru: pymysql.connections.Connection[Any] | None = getattr(self._local, "ru", None)
+        if ru is None:
+            ru = self._local.ru = self._connect()
+            with self._lock:
+                self._all.append(ru)
+            with ru.cursor() as cur:
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+        try:
+            with ru.cursor() as cur:
+                cur.execute(Q["change_numbers"])
+                taken = [int(r["id"]) for r in cur.fetchall()]
+        except pymysql.Error as exc:
+            self._local.ru = None
+            raise self._fail(exc) from exc
+        if not taken:
+            return 1
+        with self._conn().cursor() as cur:
+            cur.execute(Q["change_numbers_committed"], {"low": taken[0], "high": taken[-1]})
+            committed = {int(r["id"]) for r in cur.fetchall()}
+        still_open = [i for i in taken if i not in committed]
+        horizon = still_open[0] if still_open else taken[-1] + 1
+        if len(taken) > 10_000:  # no leader pruned them (no worker runs services)
+            self._count("change_prune", {"horizon": horizon})
+        return horizon
+
+    def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        sql = Q[name]
+        params = self._stamped(cur, sql, params)
+        if name == "batch_insert":  # no RETURNING on MySQL: the id of the one row
+            cur.execute(sql, params)
+            return [{"id": cur.lastrowid}] if cur.rowcount == 1 else []
+        return super()._q(cur, name, params)
+
+    def _qc(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> int:
+        return super()._qc(cur, name, self._stamped(cur, Q[name], params))
+
+    def close(self) -> None:
+        if self._pid != os.getpid():
+            self._after_fork()  # a child closes its own connections, not the parent's
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self._local = threading.local()
+
+
+def _is_mariadb(conn: Any) -> bool:
+    """Whether the server is MariaDB (``conn``'s handshake names it), not MySQL."""
+    return "mariadb" in str(conn.get_server_info()).lower()
+
+
+def _network_defaults(conn: Any) -> None:
+    """TCP keepalives and a send timeout on the connection's socket (as the
+    PostgreSQL backend asks libpq for): through a network that silently drops
+    packets, a read or write fails within seconds instead of hanging for the
+    kernel's default of many minutes, so a worker cut off from the database stays
+    able to stop and to reconnect."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    options = [
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), 10),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), 3),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), 3),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), 15_000),
+    ]
+    for level, name, value in options:
+        if name is None:  # not on this platform
+            continue
+        try:
+            sock.setsockopt(level, name, value)
+        except OSError:
+            pass
+
+
+def _dict_cursor(conn: Any) -> Any:
+    """The dict cursor class of the caller's driver (PyMySQL, mysqlclient; under
+    SQLAlchemy's asyncio, aiomysql or asyncmy): ``<package>.cursors.DictCursor``."""
+    if isinstance(conn, GreenletConnection):
+        conn = conn.driver
+    if not isinstance(conn, pymysql.connections.Connection):
+        import importlib
+
+        package = type(conn).__module__.split(".", 1)[0]
+        return importlib.import_module(f"{package}.cursors").DictCursor
+    return pymysql.cursors.DictCursor
