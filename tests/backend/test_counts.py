@@ -3,6 +3,7 @@ change, before and after the leader folds the deltas."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from conveyor.records import JobFilter
@@ -152,6 +153,10 @@ def test_batch_counts_start_from_the_jobs_when_the_schema_is_upgraded(db_url, mo
     """Migration 16 takes the counts of batches that already exist."""
     with backend_at_schema(db_url, monkeypatch, 15) as (old, upgrade):
         assert old.schema_version() == 15
+        # today's batch_insert writes a column of v21 (fingerprint): as v15 took it
+        sql = re.sub(r",\s*fingerprint\b", "", old.Q["batch_insert"])
+        sql = re.sub(r",\s*(:fingerprint|%\(fingerprint\)s)", "", sql)
+        monkeypatch.setattr(old, "Q", {**old.Q, "batch_insert": sql})
         b = new_batch(old, 5)
         [j1, j2] = fetch(old, n=2)
         old.job_finalize_many(worker_id="w1", outcomes=[done(j1)])

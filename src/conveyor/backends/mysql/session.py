@@ -399,7 +399,7 @@ class MySQLSession(SqlBackend):
         return horizon
 
     def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
-        sql = Q[name]
+        sql = self.Q[name]
         params = self._stamped(cur, sql, params)
         if name == "batch_insert":  # no RETURNING on MySQL: the id of the one row
             cur.execute(sql, params)
@@ -407,7 +407,7 @@ class MySQLSession(SqlBackend):
         return super()._q(cur, name, params)
 
     def _qc(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> int:
-        return super()._qc(cur, name, self._stamped(cur, Q[name], params))
+        return super()._qc(cur, name, self._stamped(cur, self.Q[name], params))
 
     def close(self) -> None:
         if self._pid != os.getpid():
