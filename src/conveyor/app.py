@@ -25,7 +25,7 @@ from .backends.interfaces import Backend
 from .batch import Batch
 from .cron import Periodic
 from .errors import ConfigError, DatabaseUnavailable, JobNotFound, SchemaError, SchemaTooNew
-from .flow import Chain, Step, start_chain
+from .flow import Chain, start_chain
 from .hooks import Middleware, run_enqueue_hooks
 from .job import Job
 from .records import (
@@ -46,7 +46,7 @@ from .records import (
 )
 from .retry import Backoff
 from .serving import SENSITIVE_SCHEMA, ServingMixin
-from .task import Task, TaskDefaults, check_queue_name
+from .task import Step, Task, TaskDefaults, check_queue_name
 from .waiter import ChangeWaiter
 
 log = logging.getLogger("conveyor")

@@ -12,10 +12,13 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .batch import Batch, BatchApp
 from .encoding import MAX_DEPTH, TooDeep, argument_parts, check_depth, may_nest_over
 from .errors import BadArguments, ConfigError, SerializationError
+from .hooks import Middleware
+from .job import Job, JobApp
 from .records import (
     EXPLICIT_BACKOFF,
     EXPLICIT_MAX_ATTEMPTS,
@@ -26,11 +29,8 @@ from .records import (
 )
 from .retry import Backoff
 
-if TYPE_CHECKING:
-    from .app import Conveyor
-    from .batch import Batch
-    from .flow import Step
-    from .job import Job
+#: the (args, kwargs) each insert was encoded from, reused for the jobs' handles
+Payloads = Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
@@ -315,6 +315,46 @@ def _no_handler(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError("this task has no handler in this process")
 
 
+class TaskApp(JobApp, BatchApp, Protocol):
+    """What a Task calls on its app (``Conveyor`` is one): where its jobs and
+    batches are written, and what the handles it returns call in turn."""
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+    @property
+    def middleware(self) -> Sequence[Middleware]: ...
+
+    def insert_jobs(
+        self, inserts: Sequence[JobInsert], *, conn: Any = None, payloads: Payloads | None = None
+    ) -> list[Job]: ...
+
+    def insert_stream(
+        self, chunks: Iterable[tuple[Sequence[JobInsert], Payloads]]
+    ) -> list[Job]: ...
+
+    def create_batch(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+        jobs: Sequence[JobInsert],
+        conn: Any = None,
+    ) -> tuple[int, bool]: ...
+
+    def create_batch_stream(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        on_complete_json: str | None,
+        total: int,
+        chunks: Callable[[int], Iterable[Sequence[JobInsert]]],
+    ) -> int: ...
+
+
 class Task:
     """A registered handler. Call it directly to run it in-process; ``send`` to enqueue.
 
@@ -322,7 +362,7 @@ class Task:
     (another app's workers, or remote ones, run it): arguments are not checked."""
 
     def __init__(
-        self, app: Conveyor, fn: Callable[..., Any] | None, name: str, defaults: TaskDefaults
+        self, app: TaskApp, fn: Callable[..., Any] | None, name: str, defaults: TaskDefaults
     ):
         self.app = app
         self.fn = fn if fn is not None else _no_handler
@@ -532,8 +572,6 @@ class Task:
     def s(self, *args: Any, **kwargs: Any) -> Step:
         """A call to make later, for chains: ``chain(a.s(1), b.s(), c.s(x=2))``. Send
         options (``queue``, ``priority``, ...) among the keyword arguments apply to it."""
-        from .flow import Step
-
         kwargs, options = self._split(kwargs)
         options.pop("conn", None)
         self.template(**options)  # options are checked now, not when the step runs
@@ -556,8 +594,6 @@ class Task:
         once when the batch closes. An ``idempotency_key`` seen before returns the
         existing batch and writes nothing. ``conn`` joins the caller's transaction.
         """
-        from .batch import Batch
-
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError(
                 "batch items cannot share one unique_key/idempotency_key; "
@@ -686,3 +722,25 @@ class Task:
         while part := list(itertools.islice(it, STREAM_CHUNK)):
             yield self._inserts(part, template, start)
             start += len(part)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A task call to make later: ``task.s(*args, **kwargs)``. In a chain, every step
+    after the first receives the previous step's result as its first argument."""
+
+    task: Task
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, *, receives_result: bool) -> None:
+        """Arguments must fit the handler, and be storable (a later step's are kept
+        with the chain's first job until it runs), now, not when the step finally runs."""
+        self.task.check_args((None, *self.args) if receives_result else self.args, self.kwargs)
+        encode_args(self.task.name, self.args, self.kwargs, self.task.app.max_payload_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        template = self.task.template(**self.options)._asdict()
+        template.pop("args_json")
+        return {**template, "args": list(self.args), "kwargs": dict(self.kwargs)}
