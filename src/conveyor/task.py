@@ -602,12 +602,7 @@ class Task:
         _check_options(idempotency_key=idempotency_key)
         if name is not None and not isinstance(name, str):
             raise ConfigError(f"batch name must be a string, got {name!r}")
-        callback = None
-        if on_complete is not None:
-            if not isinstance(on_complete, Task):
-                raise ConfigError(f"on_complete must be a task, got {type(on_complete).__name__}")
-            on_complete.check_args((0, {}), {})  # it will be called as (batch_id, counts)
-            callback = json.dumps(on_complete.template()._asdict())
+        callback = _callback_json(on_complete)
         template = self.template(**options)
         if distinct_workers:  # each job of this batch on a different worker
             template = template._replace(spread_group=f"batch:{uuid.uuid4().hex}")
@@ -617,23 +612,7 @@ class Task:
             and not self.app.middleware
             and self._plain(template)
         ):
-            # No keys, no limits, no hooks: the jobs are made in chunks once the
-            # batch row is written (with its id), and the backend may write one
-            # while the next is made (PostgreSQL: COPY).
-            listed = list(items)
-
-            def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
-                made = template._replace(batch_id=batch_id)
-                return (inserts for inserts, _ in self._chunks(listed, made))
-
-            batch_id = self.app.create_batch_stream(
-                name=name,
-                task=self.name,
-                on_complete_json=callback,
-                total=len(listed),
-                chunks=chunks,
-            )
-            return Batch(self.app.get_batch(batch_id).record, True, self.app)
+            return self._stream_batch(list(items), template, name, callback)
         inserts, _ = self._inserts(items, template)
         batch_id, created = self.app.create_batch(
             name=name,
@@ -645,22 +624,49 @@ class Task:
         )
         if conn is not None and created:
             # not committed yet: the batch is only visible inside the caller's transaction
-            record = BatchRecord(
-                id=batch_id,
-                name=name,
-                task=self.name,
-                total=len(inserts),
-                state=BatchState.RUNNING,
-                idempotency_key=idempotency_key,
-                on_complete=None,
-                closings=0,
-                counts=None,
-                created_at=datetime.now(UTC),
-                finished_at=None,
-                cancelled_at=None,
-            )
-            return Batch(record, True, self.app)
+            return self._uncommitted_batch(batch_id, name, len(inserts), idempotency_key)
         return Batch(self.app.get_batch(batch_id).record, created, self.app)
+
+    def _stream_batch(
+        self, listed: list[Any], template: JobInsert, name: str | None, callback: str | None
+    ) -> Batch:
+        """No keys, no limits, no hooks: the jobs are made in chunks once the
+        batch row is written (with its id), and the backend may write one
+        while the next is made (PostgreSQL: COPY)."""
+
+        def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
+            made = template._replace(batch_id=batch_id)
+            return (inserts for inserts, _ in self._chunks(listed, made))
+
+        batch_id = self.app.create_batch_stream(
+            name=name,
+            task=self.name,
+            on_complete_json=callback,
+            total=len(listed),
+            chunks=chunks,
+        )
+        return Batch(self.app.get_batch(batch_id).record, True, self.app)
+
+    def _uncommitted_batch(
+        self, batch_id: int, name: str | None, total: int, idempotency_key: str | None
+    ) -> Batch:
+        """The handle of a batch written in the caller's transaction, not committed
+        yet: built from what was sent, as no other connection can read it back."""
+        record = BatchRecord(
+            id=batch_id,
+            name=name,
+            task=self.name,
+            total=total,
+            state=BatchState.RUNNING,
+            idempotency_key=idempotency_key,
+            on_complete=None,
+            closings=0,
+            counts=None,
+            created_at=datetime.now(UTC),
+            finished_at=None,
+            cancelled_at=None,
+        )
+        return Batch(record, True, self.app)
 
     def send_distinct(self, n: int, *args: Any, **kwargs: Any) -> Batch:
         """Run the same call on ``n`` different workers (a broadcast, a redundant
@@ -722,6 +728,16 @@ class Task:
         while part := list(itertools.islice(it, STREAM_CHUNK)):
             yield self._inserts(part, template, start)
             start += len(part)
+
+
+def _callback_json(on_complete: Task | None) -> str | None:
+    """A batch's ``on_complete`` task, checked to take ``(batch_id, counts)``, as stored."""
+    if on_complete is None:
+        return None
+    if not isinstance(on_complete, Task):
+        raise ConfigError(f"on_complete must be a task, got {type(on_complete).__name__}")
+    on_complete.check_args((0, {}), {})  # it will be called as (batch_id, counts)
+    return json.dumps(on_complete.template()._asdict())
 
 
 @dataclass(frozen=True)
