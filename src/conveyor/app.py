@@ -1,6 +1,8 @@
 """The façade: the one door producers, workers, the CLI, the server, the
-dashboard and integrations go through. Nothing outside this module and the
-backends touches a backend."""
+dashboard and integrations go through. ``Conveyor`` inherits nothing: it owns
+one helper per concern (``database``, ``registry``, ``producing``, ``events``,
+``actions``, ``queues``, ``diagnosis``, ``serving``), each typed by a Protocol
+of what it calls on the app, and its public methods hand over to them."""
 
 from __future__ import annotations
 
