@@ -1,6 +1,7 @@
 """Conveyor: a durable task queue and batch-job engine on SQLite or PostgreSQL."""
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import cast
 
 from .app import Conveyor
 from .batch import Batch
@@ -20,13 +21,13 @@ from .errors import (
     SerializationError,
     UnknownTask,
 )
-from .flow import Chain, ChainFailed, NextStage, Snooze, Step
+from .flow import Chain, ChainFailed, NextStage, Snooze
 from .hooks import Fail, Middleware, Retry
 from .job import Attempt, Job
 from .records import BatchState, BulkResult, JobFilter, JobRecord, JobState, Outcome
 from .retry import Backoff
 from .runtime.context import cancel_requested, current_job
-from .task import Task
+from .task import Step, Task
 
 __all__ = [
     "Attempt",
@@ -80,5 +81,5 @@ def chain(*steps: Step | Task, conn: object = None) -> Chain:
     if not steps:
         raise ConfigError("a chain needs at least one step")
     first = steps[0]
-    app = first.task.app if isinstance(first, Step) else first.app
+    app = cast(Conveyor, first.task.app if isinstance(first, Step) else first.app)
     return app.chain(*steps, conn=conn)

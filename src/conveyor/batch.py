@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .errors import KeyReused
 from .job import Job
@@ -22,8 +22,27 @@ from .records import (
     JobState,
 )
 
-if TYPE_CHECKING:
-    from .app import Conveyor
+
+class BatchApp(Protocol):
+    """What a Batch calls on the app that read it (``Conveyor`` is one)."""
+
+    def get_batch(self, batch_id: int) -> Batch: ...
+
+    def batch_progress(self, batch_id: int) -> dict[str, int]: ...
+
+    def batch_jobs(self, batch_id: int) -> list[Job]: ...
+
+    def batch_finished_jobs(
+        self, batch_id: int, *, after: tuple[datetime, int] | None = None, limit: int = 500
+    ) -> list[Job]: ...
+
+    def cancel_batch(self, batch_id: int) -> int: ...
+
+    def retry_batch_failed(self, batch_id: int) -> int: ...
+
+    def change_generation(self) -> int: ...
+
+    def wait_for_change(self, generation: int, timeout: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -34,7 +53,7 @@ class Batch:
 
     record: BatchRecord
     created: bool = True  # False when an idempotency key returned an existing batch
-    _app: Conveyor | None = field(default=None, repr=False, compare=False)
+    _app: BatchApp | None = field(default=None, repr=False, compare=False)
 
     # -- what it is -------------------------------------------------------------------
     @property
@@ -64,7 +83,7 @@ class Batch:
         return self.record.counts
 
     @property
-    def app(self) -> Conveyor:
+    def app(self) -> BatchApp:
         if self._app is None:
             raise RuntimeError("this Batch is not bound to an app; use app.get_batch(id)")
         return self._app

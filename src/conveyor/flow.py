@@ -11,17 +11,29 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from .errors import ConfigError, ConveyorError
 from .job import Job
 from .records import JobInsert, JobState
-from .task import encode_args
+from .task import Payloads, Step, Task
 
-if TYPE_CHECKING:
-    from .app import Conveyor
-    from .task import Task
+
+class ChainApp(Protocol):
+    """What a Chain calls on its app (``Conveyor`` is one)."""
+
+    def get_job(self, job_id: int) -> Job: ...
+
+    def append_to_chain(self, job_id: int, steps_json: str) -> bool: ...
+
+    def insert_jobs(
+        self, inserts: Sequence[JobInsert], *, conn: Any = None, payloads: Payloads | None = None
+    ) -> list[Job]: ...
+
+    def change_generation(self) -> int: ...
+
+    def wait_for_change(self, generation: int, timeout: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -55,28 +67,6 @@ class Snooze:
             raise ConfigError(f"Snooze needs a number of seconds >= 0, got {self.seconds!r}")
 
 
-@dataclass(frozen=True)
-class Step:
-    """A task call to make later: ``task.s(*args, **kwargs)``. In a chain, every step
-    after the first receives the previous step's result as its first argument."""
-
-    task: Task
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def check(self, *, receives_result: bool) -> None:
-        """Arguments must fit the handler, and be storable (a later step's are kept
-        with the chain's first job until it runs), now, not when the step finally runs."""
-        self.task.check_args((None, *self.args) if receives_result else self.args, self.kwargs)
-        encode_args(self.task.name, self.args, self.kwargs, self.task.app.max_payload_bytes)
-
-    def to_dict(self) -> dict[str, Any]:
-        template = self.task.template(**self.options)._asdict()
-        template.pop("args_json")
-        return {**template, "args": list(self.args), "kwargs": dict(self.kwargs)}
-
-
 def next_step_insert(
     link_id: int, chain_root: int | None, result_json: str | None, steps: Sequence[dict[str, Any]]
 ) -> JobInsert:
@@ -103,7 +93,7 @@ class ChainFailed(ConveyorError):
 class Chain:
     """Handle of a chain, named by its first job."""
 
-    app: Conveyor
+    app: ChainApp
     id: int
 
     def then(self, step: Step | Task) -> Chain:
@@ -158,8 +148,6 @@ class Chain:
 
 
 def _as_step(step: Step | Task) -> Step:
-    from .task import Task
-
     if isinstance(step, Task):
         return step.s()
     if isinstance(step, Step):
@@ -167,7 +155,7 @@ def _as_step(step: Step | Task) -> Step:
     raise TypeError(f"a chain step is task.s(...) or a task, got {type(step).__name__}")
 
 
-def start_chain(app: Conveyor, steps: Sequence[Step | Task], conn: Any = None) -> Chain:
+def start_chain(app: ChainApp, steps: Sequence[Step | Task], conn: Any = None) -> Chain:
     """Enqueue the first step now, carrying the others."""
     if not steps:
         raise ConfigError("a chain needs at least one step")

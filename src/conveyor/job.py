@@ -3,20 +3,51 @@
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 
 from typing_extensions import TypeVar
 
+from .errors import JobFailed
 from .records import Attempt, JobRecord, JobState, frozen_record
 
-if TYPE_CHECKING:
-    from .app import Conveyor
-    from .flow import Chain
+__all__ = ["Attempt", "Job", "JobApp", "JobState"]
+
+
+class Chained(Protocol):
+    """What ``Job.then`` gives back (``flow.Chain`` is one): the chain, to add
+    steps to or wait on. A Protocol, so that this module, which ``flow`` builds
+    on, need not import it."""
+
+    @property
+    def id(self) -> int: ...
+
+    def then(self, step: Any) -> Chained: ...
+
+    def jobs(self) -> list[Job]: ...
+
+    def status(self) -> tuple[str, Job]: ...
+
+    def wait(self, timeout: float | None = None) -> Job: ...
+
+    def result(self, timeout: float | None = None) -> Any: ...
+
+
+class JobApp(Protocol):
+    """What a Job calls on the app that read it (``Conveyor`` is one)."""
+
+    def get_job(self, job_id: int) -> Job: ...
+
+    def wait_job(self, job_id: int, timeout: float | None = None) -> Job: ...
+
+    async def await_result(self, job_id: int, timeout: float | None = None) -> Any: ...
+
+    def job_attempts(self, job_id: int) -> list[Attempt]: ...
+
+    def get_chain(self, chain_id: int) -> Chained: ...
+
 
 #: the result type of the job's handler (``Job[int]``); a bare ``Job`` is ``Job[Any]``
 R = TypeVar("R", default=Any)
-
-__all__ = ["Attempt", "Job", "JobState"]
 
 _RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
 
@@ -31,19 +62,19 @@ class Job(JobRecord, Generic[R]):
     """
 
     created: bool = True
-    _app: Conveyor | None = field(default=None, repr=False, compare=False)
+    _app: JobApp | None = field(default=None, repr=False, compare=False)
     if TYPE_CHECKING:
         #: what the handler returned (``R``, its return type, as JSON gives it
         #: back: a tuple comes back a list); None until the job succeeds
         result: R | None = None
 
     @classmethod
-    def of(cls, record: JobRecord, app: Conveyor | None, created: bool = True) -> Job:
+    def of(cls, record: JobRecord, app: JobApp | None, created: bool = True) -> Job:
         values = {name: getattr(record, name) for name in _RECORD_FIELDS}
         return cls(**values, created=created, _app=app)
 
     @classmethod
-    def template(cls, app: Conveyor | None, **values: Any) -> dict[str, Any]:
+    def template(cls, app: JobApp | None, **values: Any) -> dict[str, Any]:
         """Every field of a new job's handle but those ``fresh`` sets per job: the
         defaults updated with ``values``. Jobs enqueued together share one."""
         state = dict(_DEFAULTS)
@@ -75,7 +106,7 @@ class Job(JobRecord, Generic[R]):
         self.__dict__["id"] = job_id
         return self
 
-    def _require_app(self) -> Conveyor:
+    def _require_app(self) -> JobApp:
         if self._app is None:
             raise RuntimeError(
                 "this Job record is not bound to a Conveyor app; use app.get_job(id)"
@@ -101,20 +132,16 @@ class Job(JobRecord, Generic[R]):
 
     def result_or_raise(self) -> R:
         """The result of a succeeded job; ``JobFailed`` for a failed or cancelled one."""
-        from .errors import JobFailed
-
         if self.state == JobState.SUCCEEDED:
             return cast("R", self.result)
         if self.state.finished:
             raise JobFailed(f"job {self.id} ({self.task}) {self.state}: {self.error}")
         raise RuntimeError(f"job {self.id} is still {self.state}")
 
-    def then(self, step: Any) -> Chain:
+    def then(self, step: Any) -> Chained:
         """Run ``step`` (``task.s(...)`` or a task) after this job succeeds, with this
         job's result as its first argument. Returns the chain, to add more steps."""
-        from .flow import Chain
-
-        return Chain(self._require_app(), self.chain_root or self.id).then(step)
+        return self._require_app().get_chain(self.chain_root or self.id).then(step)
 
     def attempt_log(self) -> list[Attempt]:
         """Every recorded attempt, oldest first."""

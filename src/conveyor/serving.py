@@ -1,6 +1,7 @@
-"""The façade's methods for serving Conveyor over HTTP: per-task-type settings,
-API tokens, and leases for workers outside this process (remote workers and
-asyncflow clients). ``Conveyor`` inherits them, so the server, the CLI and the
+"""The serving side of the façade: per-task-type settings, sensitive
+arguments, API tokens, and leases for workers outside this process (remote
+workers and asyncflow clients). ``Conveyor`` owns one ``Serving`` and its
+methods of the same names hand over to it, so the server, the CLI and the
 dashboard still go through the one door; nothing here touches SQL.
 """
 
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import serialize
 from . import settings as task_settings
@@ -48,7 +49,6 @@ from .waiter import ChangeWaiter
 
 if TYPE_CHECKING:
     from .backends.interfaces import Backend
-    from .runtime.service import Services
     from .task import Task
 
 log = logging.getLogger("conveyor.server")
@@ -58,8 +58,6 @@ TOKEN_PREFIX = "cvy"
 AUTH_CACHE_S = 2.0
 #: most jobs one lease call, or one outcome report, may carry
 MAX_LEASE = 1000
-#: the schema that records sensitive parameters (conveyor_task_sensitive)
-SENSITIVE_SCHEMA = 20
 #: clocks of two hosts may differ by this much: a job created this long before the
 #: last read of the sensitive parameters may still belong to a declaration after it
 CLOCK_SKEW_S = 5.0
@@ -103,71 +101,78 @@ class ServingState:
     sensitive_read: tuple[float, float] = (-math.inf, -math.inf)
 
 
-class ServingMixin:
-    """Mixed into ``Conveyor``."""
+class ServingHost(Protocol):
+    """What the serving side calls on the app (``Conveyor`` is one)."""
 
-    if TYPE_CHECKING:
-        _serving: ServingState
-        _backend: Backend | None
-        _sensitive: dict[str, dict[str, int | None]]
+    @property
+    def backend(self) -> Backend: ...
 
-        @property
-        def backend(self) -> Backend: ...
+    def task_for(self, name: str) -> Task: ...
 
-        def task_for(self, name: str) -> Task: ...
 
-    def _serving_state(self) -> ServingState:
+class Serving:
+    """The serving side of one app. ``opened`` gives the app's database if it
+    is open, without opening it."""
+
+    def __init__(self, host: ServingHost, opened: Callable[[], Backend | None]) -> None:
+        self._host = host
+        self._opened = opened
+        #: what this app's tasks declare sensitive, recorded whenever the database opens
+        self.sensitive: dict[str, dict[str, int | None]] = {}
+        self.state = self._fresh_state()
+
+    @property
+    def backend(self) -> Backend:
+        return self._host.backend
+
+    def _fresh_state(self) -> ServingState:
         return ServingState(
             settings=task_settings.SettingsCache(lambda: self.backend.task_settings_list()),
             work=ChangeWaiter(lambda: self.backend, events=False),
         )
 
+    def reset(self) -> None:
+        """The app closed its database: stop the work waiter, forget the caches."""
+        self.state.work.close()
+        self.state = self._fresh_state()
+
     # -- per-task-type settings ---------------------------------------------------------
     def task_settings(self) -> list[TaskSettings]:
-        """The settings of every task type that has some, by name."""
         return self.backend.task_settings_list()
 
     def get_task_settings(self, name: str) -> TaskSettings:
-        """The task type's settings (every field ``None`` if it has none)."""
         _name(name, "a task name")
         return self.backend.task_settings_get(task=name) or TaskSettings(task=name)
 
     def set_task_settings(self, name: str, **fields: Any) -> TaskSettings:
-        """Change some settings of task type ``name`` (``None`` unsets one) and apply
-        them to its waiting jobs that were not sent with their own values; every
-        worker runs those with the new values from its next claim, and producers use
-        them for new jobs within ``settings.CACHE_S`` seconds. Returns the settings."""
         _name(name, "a task name")
         checked = task_settings.check_fields(fields)
         merged = replace(self.get_task_settings(name), **checked, updated_at=None)
         changed = self.backend.task_settings_set(
             settings=merged, backoff_json=self._settings_backoff_json(merged)
         )
-        self._serving.settings.invalidate()
+        self.state.settings.invalidate()
         log.info("settings of task %s set (%s); %d waiting job(s) updated", name, checked, changed)
         return self.get_task_settings(name)
 
     def delete_task_settings(self, name: str) -> bool:
-        """Forget the task type's settings (its waiting jobs keep their values)."""
         _name(name, "a task name")
         deleted = self.backend.task_settings_delete(task=name)
-        self._serving.settings.invalidate()
+        self.state.settings.invalidate()
         return deleted
 
     def cached_task_settings(self) -> Mapping[str, TaskSettings]:
-        """Every task type's settings, as producers see them (at most
-        ``settings.CACHE_S`` seconds old)."""
-        return self._serving.settings.all()
+        return self.state.settings.all()
 
     def _settings_backoff_json(self, s: TaskSettings) -> str | None:
-        backoff = task_settings.settings_backoff(s, self.task_for(s.task).defaults.backoff)
+        backoff = task_settings.settings_backoff(s, self._host.task_for(s.task).defaults.backoff)
         return None if backoff is None else json.dumps(backoff.to_dict())
 
-    def _settle(self, inserts: Sequence[JobInsert]) -> Sequence[JobInsert]:
+    def settle(self, inserts: Sequence[JobInsert]) -> Sequence[JobInsert]:
         """Fill in options the jobs were not sent with from their tasks' settings."""
-        return self._settler()(inserts)
+        return self.settler()(inserts)
 
-    def _settler(self) -> Callable[[Sequence[JobInsert]], Sequence[JobInsert]]:
+    def settler(self) -> Callable[[Sequence[JobInsert]], Sequence[JobInsert]]:
         """``_settle`` with the settings read now, once: what settles the chunks of
         a stream, which the backend takes while it holds a connection. Reading
         the settings there took a second connection from the pool: with every
@@ -182,39 +187,36 @@ class ServingMixin:
 
     # -- sensitive arguments ----------------------------------------------------------------
     def hide_arguments(self, task: str, parameters: Mapping[str, int | None]) -> None:
-        """Every view of ``task``'s jobs hides these arguments (``***``), and searches
-        skip them, in every process on the database: name -> its position among
-        the positional parameters, or None. ``@app.task(sensitive=)`` calls this; call
-        it for a task this app does not register (one remote workers run)."""
         for name, position in parameters.items():
             _name(name, "a parameter name")
             if position is not None and (not isinstance(position, int) or position < 0):
                 raise ConfigError(f"{name}: a position is an integer >= 0, got {position!r}")
         serialize.hide_arguments(task, parameters)
-        self._sensitive[task] = {**self._sensitive.get(task, {}), **parameters}
-        if self._backend is not None and self._serving.sensitive_stored:
-            self._backend.task_sensitive_add(task=task, parameters=parameters)
-
-    def _open_sensitive(self, backend: Backend) -> None:
-        """The database opens: record this app's declarations, read everyone's."""
-        for task, parameters in self._sensitive.items():
+        self.sensitive[task] = {**self.sensitive.get(task, {}), **parameters}
+        backend = self._opened()
+        if backend is not None and self.state.sensitive_stored:
             backend.task_sensitive_add(task=task, parameters=parameters)
-        self._serving.sensitive_stored = True
+
+    def open_sensitive(self, backend: Backend) -> None:
+        """The database opens: record this app's declarations, read everyone's."""
+        for task, parameters in self.sensitive.items():
+            backend.task_sensitive_add(task=task, parameters=parameters)
+        self.state.sensitive_stored = True
         self._read_sensitive(backend)
 
     def _read_sensitive(self, backend: Backend) -> None:
         declared = backend.task_sensitive_list()
         for task, parameters in declared.items():
             serialize.hide_arguments(task, parameters)
-        self._serving.sensitive_tasks = frozenset(declared)
-        self._serving.sensitive_read = (time.monotonic(), time.time())
+        self.state.sensitive_tasks = frozenset(declared)
+        self.state.sensitive_read = (time.monotonic(), time.time())
 
-    def _before_shown(self, records: Sequence[JobRecord]) -> None:
+    def before_shown(self, records: Sequence[JobRecord]) -> None:
         """Before jobs are shown, the declarations they may fall under are known: read
         again every ``settings.CACHE_S`` seconds, and at once for a job of a task
         without any created since the last read (an app declares its tasks'
         sensitive parameters when it opens the database, before it sends a job)."""
-        state = self._serving
+        state = self.state
         if not state.sensitive_stored:
             return
         at, epoch = state.sensitive_read
@@ -229,8 +231,6 @@ class ServingMixin:
 
     # -- API tokens ------------------------------------------------------------------------
     def create_token(self, scope: str, *, name: str | None = None) -> tuple[ApiToken, str]:
-        """A new API token; returns it and its secret text (``cvy_<id>_<secret>``),
-        which is shown once: only a SHA-256 of the secret is stored."""
         try:
             checked = TokenScope(scope)
         except ValueError:
@@ -241,68 +241,56 @@ class ServingMixin:
         token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         token = ApiToken(id=token_id, name=name, scope=checked, created_at=datetime.now(UTC))
         self.backend.token_insert(token=token, secret_hash=_digest(secret))
-        self._serving.configured = self._serving.active = (True, time.monotonic())
+        self.state.configured = self.state.active = (True, time.monotonic())
         return token, f"{TOKEN_PREFIX}_{token_id}_{secret}"
 
     def tokens(self) -> list[ApiToken]:
-        """Every token (revoked ones too); never their secrets."""
         return self.backend.token_list()
 
     def revoke_token(self, token_id: str) -> bool:
-        """False if there is no such active token. Servers of other processes
-        stop accepting it within ``AUTH_CACHE_S`` seconds."""
         revoked = self.backend.token_revoke(token_id=str(token_id))
-        with self._serving.lock:
-            self._serving.tokens.pop(str(token_id), None)
-            self._serving.active = (False, 0.0)
+        with self.state.lock:
+            self.state.tokens.pop(str(token_id), None)
+            self.state.active = (False, 0.0)
         return revoked
 
     def authenticate(self, text: str) -> ApiToken | None:
-        """The active token ``text`` is, or ``None``. Secrets are compared as hashes,
-        in constant time; a token is looked up by its id at most every few seconds."""
         prefix, _, rest = text.partition("_")
         token_id, _, secret = rest.partition("_")
         if prefix != TOKEN_PREFIX or not token_id or not secret:
             return None
-        with self._serving.lock:
-            cached = self._serving.tokens.get(token_id)
+        with self.state.lock:
+            cached = self.state.tokens.get(token_id)
         if cached is None or time.monotonic() - cached[2] > AUTH_CACHE_S:
             found = self.backend.token_find(token_id=token_id)
             if found is None:
                 return None
             cached = (found[0], found[1], time.monotonic())
-            with self._serving.lock:
-                if len(self._serving.tokens) > 10_000:
-                    self._serving.tokens.clear()
-                self._serving.tokens[token_id] = cached
+            with self.state.lock:
+                if len(self.state.tokens) > 10_000:
+                    self.state.tokens.clear()
+                self.state.tokens[token_id] = cached
         token, digest, _ = cached
         if not hmac.compare_digest(digest, _digest(secret)) or not token.active:
             return None
         return token
 
     def tokens_configured(self) -> bool:
-        """Whether any token was ever created, revoked or not (re-read at most every
-        few seconds while none was). Revoked tokens stay as rows, so this fact lives
-        in the database, shared by every server on it and kept across restarts: once
-        true, a server requires tokens even after the last one is revoked."""
-        configured, at = self._serving.configured
+        configured, at = self.state.configured
         if not configured and time.monotonic() - at > AUTH_CACHE_S:
             configured = self.backend.token_count_all() > 0
-            self._serving.configured = (configured, time.monotonic())
+            self.state.configured = (configured, time.monotonic())
         return configured
 
     def tokens_active(self) -> bool:
-        """Whether any token is active (not revoked); re-read at most every few seconds."""
-        active, at = self._serving.active
+        active, at = self.state.active
         if time.monotonic() - at > AUTH_CACHE_S:
             active = self.backend.token_count_active() > 0
-            self._serving.active = (active, time.monotonic())
+            self.state.active = (active, time.monotonic())
         return active
 
     # -- remote workers --------------------------------------------------------------------
     def heartbeat_worker(self, worker: WorkerInfo) -> Heartbeat:
-        """Record a remote worker as alive (registering it on first call): it keeps
-        the jobs it holds as long as it heartbeats, like an in-process worker."""
         return self.backend.worker_heartbeat(worker=worker)
 
     def claim(
@@ -315,10 +303,6 @@ class ServingMixin:
         tags: Sequence[str] = (),
         lease_s: float | None = None,
     ) -> list[JobRecord]:
-        """Claim up to ``limit`` jobs for a worker outside this process, each with its
-        lease token. The worker keeps them while it heartbeats; a job with a timeout
-        (its own, or its task's ``max_processing_s``) must also end within it, and
-        ``lease_s`` is the deadline of the others (clients that never heartbeat)."""
         if not isinstance(limit, int) or not 1 <= limit <= MAX_LEASE:
             raise ConfigError(f"limit must be an integer from 1 to {MAX_LEASE}, got {limit!r}")
         for q in queues:
@@ -371,13 +355,9 @@ class ServingMixin:
         ]
 
     def extend_deadline(self, job_id: int, token: str, seconds: float) -> bool:
-        """Move a held job's deadline to ``seconds`` from now; False if the lease is lost."""
         return self.backend.job_set_deadline(leases=[Lease(job_id, token)], seconds=seconds) > 0
 
     def release(self, worker_id: str, leases: Sequence[Lease]) -> list[int]:
-        """Give held jobs back without using their attempt (a worker shutting down).
-        ``Conflict`` if another worker holds one under its token: nothing is released
-        (the token fences the write; the worker is checked, as for outcomes)."""
         jobs = self._jobs_by_id([le.job_id for le in leases]) if leases else {}
         for le in leases:
             refused = refusal(jobs.get(le.job_id), le.job_id, le.token, worker_id)
@@ -386,9 +366,6 @@ class ServingMixin:
         return self.backend.job_release_many(worker_id=worker_id, leases=leases)
 
     def report(self, worker_id: str, outcomes: Sequence[RemoteOutcome]) -> list[OutcomeResult]:
-        """Record how remote attempts ended, fenced by their lease tokens exactly as
-        in-process outcomes are. Returns one result per outcome, in order; a refused
-        one changed nothing and says why (lease lost, cancelled, ...)."""
         ids = [o.job_id for o in outcomes]
         if len(set(ids)) != len(ids):
             raise ConfigError("outcomes: each job may appear once per report")
@@ -405,7 +382,9 @@ class ServingMixin:
             if refused is not None or job is None:
                 results[o.job_id] = refused or OutcomeResult(o.job_id, False)
                 continue
-            finals.append((to_finalize(o, job, self.task_for(job.task).defaults.backoff), job))
+            finals.append(
+                (to_finalize(o, job, self._host.task_for(job.task).defaults.backoff), job)
+            )
         written = set(
             self.backend.job_finalize_many(worker_id=worker_id, outcomes=[f for f, _ in finals])
         )
@@ -424,20 +403,7 @@ class ServingMixin:
         return {r.id: r for r in records}
 
     def work_generation(self) -> int:
-        """Moves whenever the database hints at new work (jobs inserted, retried,
-        made available): read it before claiming, wait for it to move after."""
-        return self._serving.work.generation
+        return self.state.work.generation
 
     async def await_work(self, generation: int, timeout: float) -> None:
-        """Wait without blocking the event loop until a work hint after
-        ``generation``, or ``timeout`` (at most a second: hints may be lost)."""
-        await self._serving.work.await_change(generation, timeout)
-
-    def cluster_services(self, holder: str, *, worker_ttl_s: float = 7.0) -> Services:
-        """The leader-elected cluster services (rescuing the jobs of dead workers,
-        scheduling, batches and chains, cron), for a process that runs no worker:
-        ``conveyor server`` serving only remote workers still needs them."""
-        from .runtime.host import cluster_services
-
-        app: Any = self
-        return cluster_services(app, holder, worker_ttl_s=worker_ttl_s).services
+        await self.state.work.await_change(generation, timeout)

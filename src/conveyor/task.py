@@ -11,13 +11,16 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, Unpack, cast, overload
+from typing import Any, Generic, Protocol, TypedDict, Unpack, cast, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
+from .batch import Batch, BatchApp, batch_fingerprint, check_same_batch
 from .connections import call_with
 from .encoding import MAX_DEPTH, TooDeep, argument_parts, check_depth, may_nest_over
 from .errors import BadArguments, ConfigError, SerializationError
+from .hooks import Middleware
+from .job import Job, JobApp
 from .records import (
     EXPLICIT_BACKOFF,
     EXPLICIT_MAX_ATTEMPTS,
@@ -25,14 +28,12 @@ from .records import (
     BatchRecord,
     BatchState,
     JobInsert,
+    TaskSettings,
 )
 from .retry import Backoff
 
-if TYPE_CHECKING:
-    from .app import Conveyor
-    from .batch import Batch
-    from .flow import Step
-    from .job import Job
+#: the (args, kwargs) each insert was encoded from, reused for the jobs' handles
+Payloads = Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
@@ -356,6 +357,49 @@ def _no_handler(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError("this task has no handler in this process")
 
 
+class TaskApp(JobApp, BatchApp, Protocol):
+    """What a Task calls on its app (``Conveyor`` is one): where its jobs and
+    batches are written, and what the handles it returns call in turn."""
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+    @property
+    def middleware(self) -> Sequence[Middleware]: ...
+
+    def cached_task_settings(self) -> Mapping[str, TaskSettings]: ...
+
+    def insert_jobs(
+        self, inserts: Sequence[JobInsert], *, conn: Any = None, payloads: Payloads | None = None
+    ) -> list[Job]: ...
+
+    def insert_stream(
+        self, chunks: Iterable[tuple[Sequence[JobInsert], Payloads]]
+    ) -> list[Job]: ...
+
+    def create_batch(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        idempotency_key: str | None,
+        on_complete_json: str | None,
+        jobs: Sequence[JobInsert],
+        conn: Any = None,
+        fingerprint: str | None = None,
+    ) -> tuple[int, bool]: ...
+
+    def create_batch_stream(
+        self,
+        *,
+        name: str | None,
+        task: str,
+        on_complete_json: str | None,
+        total: int,
+        chunks: Callable[[int], Iterable[Sequence[JobInsert]]],
+    ) -> int: ...
+
+
 class TaskDecorator(Protocol):
     """What ``@app.task(...)`` returns: a decorator that makes a typed ``Task``;
     an async handler's result type is what its coroutine returns."""
@@ -374,7 +418,7 @@ class Task(Generic[P, R]):
     (another app's workers, or remote ones, run it): arguments are not checked."""
 
     def __init__(
-        self, app: Conveyor, fn: Callable[..., Any] | None, name: str, defaults: TaskDefaults
+        self, app: TaskApp, fn: Callable[..., Any] | None, name: str, defaults: TaskDefaults
     ):
         self.app = app
         self.fn = fn if fn is not None else _no_handler
@@ -586,8 +630,6 @@ class Task(Generic[P, R]):
     def s(self, *args: P.args, **kwargs: P.kwargs) -> Step:
         """A call to make later, for chains: ``chain(a.s(1), b.s(), c.s(x=2))``. Send
         options (``queue``, ``priority``, ...) among the keyword arguments apply to it."""
-        from .flow import Step
-
         kwargs, options = self._split(kwargs)
         options.pop("conn", None)
         self.template(**options)  # options are checked now, not when the step runs
@@ -613,8 +655,6 @@ class Task(Generic[P, R]):
         ``KeyReused`` (a ``ConfigError``): a key names one batch. ``conn`` joins
         the caller's transaction.
         """
-        from .batch import Batch, batch_fingerprint, check_same_batch
-
         if options.get("unique_key") or options.get("idempotency_key"):
             raise ConfigError(
                 "batch items cannot share one unique_key/idempotency_key; "
@@ -633,7 +673,7 @@ class Task(Generic[P, R]):
             and not self.app.middleware
             and self._plain(template)
         ):
-            return self._batch_stream(list(items), template, name, callback)
+            return self._stream_batch(list(items), template, name, callback)
         inserts, _ = self._inserts(items, template)
         fingerprint = None
         if idempotency_key is not None:
@@ -655,21 +695,18 @@ class Task(Generic[P, R]):
         )
         if conn is not None and created:
             # not committed yet: the batch is only visible inside the caller's transaction
-            return Batch(
-                self._uncommitted(batch_id, name, len(inserts), idempotency_key), True, self.app
-            )
+            return self._uncommitted_batch(batch_id, name, len(inserts), idempotency_key)
         batch = Batch(self.app.get_batch(batch_id).record, created, self.app)
         if not created and fingerprint is not None:
             check_same_batch(batch, fingerprint, self.name, len(inserts))
         return batch
 
-    def _batch_stream(
+    def _stream_batch(
         self, listed: list[Any], template: JobInsert, name: str | None, callback: str | None
     ) -> Batch:
         """No keys, no limits, no hooks: the jobs are made in chunks once the
-        batch row is written (with its id), and the backend may write one while
-        the next is made (PostgreSQL: COPY)."""
-        from .batch import Batch
+        batch row is written (with its id), and the backend may write one
+        while the next is made (PostgreSQL: COPY)."""
 
         def chunks(batch_id: int) -> Iterator[list[JobInsert]]:
             made = template._replace(batch_id=batch_id)
@@ -684,12 +721,12 @@ class Task(Generic[P, R]):
         )
         return Batch(self.app.get_batch(batch_id).record, True, self.app)
 
-    def _uncommitted(
+    def _uncommitted_batch(
         self, batch_id: int, name: str | None, total: int, idempotency_key: str | None
-    ) -> BatchRecord:
-        """The record of a batch just written in the caller's transaction, which
-        no other connection can read yet."""
-        return BatchRecord(
+    ) -> Batch:
+        """The handle of a batch written in the caller's transaction, not committed
+        yet: built from what was sent, as no other connection can read it back."""
+        record = BatchRecord(
             id=batch_id,
             name=name,
             task=self.name,
@@ -703,6 +740,7 @@ class Task(Generic[P, R]):
             finished_at=None,
             cancelled_at=None,
         )
+        return Batch(record, True, self.app)
 
     def send_distinct(self, n: int, *args: P.args, **kwargs: P.kwargs) -> Batch:
         """Run the same call on ``n`` different workers (a broadcast, a redundant
@@ -851,3 +889,25 @@ class Sender(Generic[P, R]):
         """``task.s`` with these options, for chains (``conn`` is the chain's own)."""
         s: Callable[..., Step] = self.task.s
         return s(*args, **{**self.options, **kwargs})
+
+
+@dataclass(frozen=True)
+class Step:
+    """A task call to make later: ``task.s(*args, **kwargs)``. In a chain, every step
+    after the first receives the previous step's result as its first argument."""
+
+    task: Task
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, *, receives_result: bool) -> None:
+        """Arguments must fit the handler, and be storable (a later step's are kept
+        with the chain's first job until it runs), now, not when the step finally runs."""
+        self.task.check_args((None, *self.args) if receives_result else self.args, self.kwargs)
+        encode_args(self.task.name, self.args, self.kwargs, self.task.app.max_payload_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        template = self.task.template(**self.options)._asdict()
+        template.pop("args_json")
+        return {**template, "args": list(self.args), "kwargs": dict(self.kwargs)}

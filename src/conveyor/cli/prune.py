@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..app import DEFAULT_RETENTION
+from ..checks import DEFAULT_RETENTION
 from .core import CliError, State, app_option, pass_state
 from .render import STATE_STYLES, cell, console, echo_json
 

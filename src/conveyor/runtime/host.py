@@ -9,15 +9,31 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .cron_service import CronService
+from ..backends.interfaces import Backend
+from .cron_service import CronHost, CronService
 from .flow_service import FlowService
 from .maintenance import Maintenance
 from .service import Leadership, Services
 
-if TYPE_CHECKING:
-    from ..app import Conveyor
+
+class ClusterHost(CronHost, Protocol):
+    """What the cluster services read of the app (``Conveyor`` is one): the
+    database, whose narrow stores each service is handed here, maintenance's
+    settings, and what the cron service reads."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def priority_aging_s(self) -> float | None: ...
+
+    @property
+    def priority_max_boost(self) -> int: ...
+
+    @property
+    def vacuum_dead_rows(self) -> int | None: ...
 
 
 @dataclass
@@ -28,7 +44,7 @@ class ClusterServices:
 
 
 def cluster_services(
-    app: Conveyor,
+    app: ClusterHost,
     holder: str | None = None,
     *,
     leader_ttl_s: float = 5.0,

@@ -1,0 +1,119 @@
+"""What an app registers: its tasks (``@app.task``) and their periodic
+schedules (``@app.periodic``), checked before anything is recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Protocol
+
+from .checks import sensitive_parameters
+from .cron import Periodic
+from .errors import ConfigError
+from .task import Task, TaskApp, TaskDefaults
+
+
+class RegistryHost(TaskApp, Protocol):
+    """What the registry calls on the app (``Conveyor`` is one), which is also
+    the app the tasks it makes belong to."""
+
+    @property
+    def tasks(self) -> MutableMapping[str, Task]: ...
+
+    @property
+    def periodics(self) -> MutableMapping[str, Periodic]: ...
+
+    @property
+    def default_queue(self) -> str: ...
+
+    def hide_arguments(self, task: str, parameters: Mapping[str, int | None]) -> None: ...
+
+
+class Registry:
+    """Registers the tasks and schedules of one app (in its ``tasks`` and
+    ``periodics``), and stands in for tasks it has no handler for."""
+
+    def __init__(self, host: RegistryHost) -> None:
+        self._host = host
+        self._remote: dict[str, Task] = {}
+
+    def add(
+        self,
+        f: Callable[..., Any],
+        name: str | None,
+        defaults: TaskDefaults,
+        sensitive: Sequence[str],
+    ) -> Task:
+        """``f`` as a task named ``name`` (default: the function's)."""
+        tasks = self._host.tasks
+        task_name = name or getattr(f, "__name__", None)
+        if not task_name:
+            raise ConfigError(f"cannot name task {f!r}: pass name=")
+        if task_name in tasks:
+            other = tasks[task_name].fn
+            raise ConfigError(
+                f"task name {task_name!r} is already registered by "
+                f"{getattr(other, '__module__', '?')}.{getattr(other, '__qualname__', '?')}; "
+                "pass name= to tell them apart"
+            )
+        hidden = sensitive_parameters(f, task_name, sensitive)
+        t = Task(self._host, f, task_name, defaults)
+        tasks[task_name] = t
+        if hidden:
+            self._host.hide_arguments(task_name, hidden)
+        return t
+
+    def schedule(
+        self,
+        f: Callable[..., Any] | Task,
+        name: str | None,
+        schedule: Mapping[str, Any],
+        task_options: dict[str, Any],
+        make_task: Callable[..., Callable[[Callable[..., Any]], Task]],
+    ) -> Task:
+        """``f`` (a task of this app, or a function made one by ``make_task`` with
+        ``task_options``) run on ``schedule`` (``Periodic``'s fields)."""
+        if isinstance(f, Task):
+            if f.app is not self._host:
+                raise ConfigError(f"task {f.name!r} belongs to another Conveyor app")
+            if task_options:
+                raise ConfigError(
+                    f"task {f.name!r} is already registered: pass its options to "
+                    f"@app.task, not to periodic() ({sorted(task_options)})"
+                )
+        if isinstance(f, Task):
+            task_name = f.name
+        else:  # a new task is named like its schedule
+            task_name = name or getattr(f, "__name__", None) or "?"
+            task_options["name"] = task_name
+        # checks the schedule before anything is registered
+        p = Periodic(task=task_name, name=name or task_name, **schedule)
+        if p.name in self._host.periodics:
+            raise ConfigError(
+                f"a periodic named {p.name!r} is already registered; pass name= to "
+                "tell the schedules apart"
+            )
+        t = f if isinstance(f, Task) else make_task(**task_options)(f)
+        try:
+            t.build(p.args, p.kwargs)  # arguments fit the handler and are JSON: fail now
+        except Exception:
+            if t is not f:
+                del self._host.tasks[t.name]
+            raise
+        self._host.periodics[p.name] = dataclasses.replace(p, task=t)
+        return t
+
+    def task_for(self, name: str) -> Task:
+        """The registered task ``name``, else a stand-in with default options."""
+        task = self._host.tasks.get(name)
+        if task is not None:
+            return task
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise ConfigError(
+                f"a task name is a non-empty string of at most 200 characters, got {name!r}"
+            )
+        remote = self._remote.get(name)
+        if remote is None:
+            remote = Task(self._host, None, name, TaskDefaults(queue=self._host.default_queue))
+            self._remote[name] = remote
+        return remote
