@@ -27,7 +27,7 @@ from .checks import (
 )
 from .connections import call_with
 from .cron import Periodic
-from .database import Database
+from .database import Database, Replica
 from .diagnosis import Diagnosis
 from .errors import ConfigError, JobNotFound
 from .events import Events
@@ -87,8 +87,12 @@ class Conveyor:
         retention: dict[str, float | None] | None = None,
         vacuum_dead_rows: int | None = 50_000,
         middleware: Sequence[Middleware] = (),
+        read_url: str | None = None,
     ) -> None:
         self.url = url or os.environ.get("CONVEYOR_DATABASE_URL") or DEFAULT_URL
+        #: a streaming replica of the database, for what only reads: lists, counts,
+        #: metrics, event streams and the dashboard (``reads``); None: the primary
+        self.read_url = read_url
         check_queue_name(default_queue)
         self.default_queue = default_queue
         self.auto_migrate = auto_migrate
@@ -112,6 +116,7 @@ class Conveyor:
         #: the helpers the façade's methods hand over to, one per concern
         self._serving = Serving(self, lambda: self._db.opened)
         self._db = Database(self, self._serving.open_sensitive)
+        self._replica = Database(Replica(self), lambda backend: None)
         self._events = Events(self)
         self._actions = Actions(self)
         self._diagnosis = Diagnosis(self)
@@ -128,6 +133,19 @@ class Conveyor:
         """The database seam. For the façade's own use and the runtime's; clients
         (CLI, server, integrations) call the façade's methods instead."""
         return self._db.get()
+
+    @property
+    def reads(self) -> Backend:
+        """Where lists, counts, metrics and event streams are read: the replica at
+        ``read_url`` if there is one (opened on first use, never migrated), else
+        the primary. A job or batch read by id, and every write, go to the primary."""
+        return self._replica.get() if self.read_url else self.backend
+
+    def replica_lag(self) -> float | None:
+        """How many seconds the replica's data trails the primary's (0 when it has
+        replayed all it received); None without a replica, or where the database
+        cannot tell (SQLite, MySQL)."""
+        return self.reads.replica_lag() if self.read_url else None
 
     def connect(self, *, wait_s: float = 0.0) -> None:
         """Open the database now (migrating it, or checking its schema). One that
@@ -159,6 +177,7 @@ class Conveyor:
         self._events.reset()
         self._serving.reset()
         self._db.close()
+        self._replica.close()
 
     def __enter__(self) -> Conveyor:
         return self
@@ -390,15 +409,19 @@ class Conveyor:
         *,
         limit: int = 50,
         before_id: int | None = None,
+        primary: bool = False,
         **fields: Any,
     ) -> list[Job]:
         """Jobs matching ``filter`` (or the same fields as keywords: ``state=``,
         ``queue=``, ``task=`` are accepted as singular aliases), newest first.
-        ``before_id``: the last id of the previous page."""
+        ``before_id``: the last id of the previous page. Read from the replica
+        when there is one (``read_url``), unless ``primary``: a read that must
+        see what was just written."""
         f = make_filter(filter, **fields)
         if not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise ConfigError(f"limit must be an integer from 1 to 10000, got {limit!r}")
-        records = self.backend.job_list(filter=f, limit=limit, before_id=before_id)
+        source = self.backend if primary else self.reads
+        records = source.job_list(filter=f, limit=limit, before_id=before_id)
         self._serving.before_shown(records)
         return [Job.of(r, self) for r in records]
 
@@ -419,7 +442,7 @@ class Conveyor:
     ) -> dict[str, int]:
         """How many jobs match, per state. Queue, task and state filters are read from
         a rollup (no scan); any other filter counts, up to ``cap`` jobs if given."""
-        return self.backend.job_count(filter=make_filter(filter, **fields), cap=cap)
+        return self.reads.job_count(filter=make_filter(filter, **fields), cap=cap)
 
     def job_attempts(self, job_id: int) -> list[Attempt]:
         """Every recorded attempt of the job, oldest first."""
@@ -606,7 +629,7 @@ class Conveyor:
             except ValueError:
                 names = ", ".join(s.value for s in BatchState)
                 raise ConfigError(f"unknown batch state {state!r}; states are: {names}") from None
-        records = self.backend.batch_list(state=state, limit=limit, before_id=before_id)
+        records = self.reads.batch_list(state=state, limit=limit, before_id=before_id)
         return [Batch(r, True, self) for r in records]
 
     def create_batch(
@@ -648,7 +671,7 @@ class Conveyor:
 
     def batch_progress(self, batch_id: int) -> dict[str, int]:
         """Jobs of the batch per state (from the per-batch counts the database keeps)."""
-        return self.backend.batch_progress(batch_id=check_id(batch_id, "batch"))
+        return self.reads.batch_progress(batch_id=check_id(batch_id, "batch"))
 
     def batch_jobs(self, batch_id: int) -> list[Job]:
         """Every job of the batch, in item order."""
@@ -688,22 +711,22 @@ class Conveyor:
     # -- queues --------------------------------------------------------------------------
     def queues(self) -> list[QueueInfo]:
         """Every queue that has jobs or settings, with its counts per state."""
-        return self.backend.queue_list()
+        return self.reads.queue_list()
 
     def counts(self) -> list[QueueCount]:
         """Jobs per queue, task and state (a rollup kept as jobs change: no scan)."""
-        return self.backend.queue_counts()
+        return self.reads.queue_counts()
 
     def oldest_waiting(self) -> dict[str, datetime]:
         """Per queue with jobs waiting, when its oldest due job became due."""
-        return self.backend.queue_oldest_waiting()
+        return self.reads.queue_oldest_waiting()
 
     def open_batches(self) -> int:
-        return self.backend.batch_count_open()
+        return self.reads.batch_count_open()
 
     def batch_first_finished(self, batch_id: int) -> datetime | None:
         """When the batch's first job finished (its first result)."""
-        return self.backend.batch_first_finished(batch_id=check_id(batch_id, "batch"))
+        return self.reads.batch_first_finished(batch_id=check_id(batch_id, "batch"))
 
     def pause_queue(self, name: str, *, force: bool = False) -> None:
         """No worker claims from a paused queue; running jobs finish."""
@@ -728,7 +751,7 @@ class Conveyor:
     # -- workers -----------------------------------------------------------------------------
     def workers(self) -> list[WorkerInfo]:
         """Every registered worker (live or silent), with the jobs it holds."""
-        return self.backend.worker_list()
+        return self.reads.worker_list()
 
     def get_worker(self, worker_id: str) -> WorkerInfo:
         found = next((w for w in self.workers() if w.id == worker_id), None)

@@ -92,9 +92,11 @@ class Batch:
         return self.app.get_batch(self.id)
 
     # -- where it stands ------------------------------------------------------------------
-    def progress(self) -> dict[str, Any]:
+    def progress(self, *, refresh: bool = True) -> dict[str, Any]:
         """``{"total", the counts of the finished states and JobState.RUNNING, "pending",
-        "percent", "eta_s", "state"}``, from the per-batch counts the database keeps."""
+        "percent", "eta_s", "state"}``, from the per-batch counts the database keeps.
+        ``refresh=False``: the state this handle was read with (a list just read),
+        instead of the batch's state read again."""
         counts = self.app.batch_progress(self.id)
         done = sum(counts.get(s, 0) for s in FINISHED_STATES)
         total = self.total
@@ -113,7 +115,7 @@ class Batch:
             "pending": sum(counts.get(s, 0) for s in WAITING_STATES),
             "percent": 100 if total == 0 else math.floor(done * 100 / total),
             "eta_s": eta,
-            "state": self.refresh().state,
+            "state": self.refresh().state if refresh else self.state,
         }
 
     def as_completed(self, timeout: float | None = None) -> Iterator[Job]:

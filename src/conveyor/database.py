@@ -30,6 +30,29 @@ class DatabaseHost(Protocol):
     def auto_migrate(self) -> bool: ...
 
 
+class Replica:
+    """What a replica's Database reads of the app: its ``read_url`` (which the
+    CLI may set after the app was made), never migrated there (a replica is
+    read-only: its schema comes from the primary)."""
+
+    auto_migrate = False
+
+    def __init__(self, host: ReplicaHost) -> None:
+        self._host = host
+
+    @property
+    def url(self) -> str:
+        url = self._host.read_url
+        if url is None:
+            raise RuntimeError("no read_url: the app reads from its primary")
+        return url
+
+
+class ReplicaHost(Protocol):
+    @property
+    def read_url(self) -> str | None: ...
+
+
 class Database:
     """The app's one backend. ``on_open(backend)`` runs whenever one is opened or
     migrated at a schema that records sensitive parameters."""

@@ -25,6 +25,9 @@ class EventsHost(Protocol):
     @property
     def backend(self) -> Backend: ...
 
+    @property
+    def reads(self) -> Backend: ...
+
     def get_job(self, job_id: int) -> Job: ...
 
     async def aget_job(self, job_id: int) -> Job: ...
@@ -78,14 +81,14 @@ class Events:
         **fields: Any,
     ) -> tuple[list[Change], ChangeCursor]:
         cursor = self.cursor(after)
-        found = self._host.backend.changes_since(
+        found = self._host.reads.changes_since(
             after=cursor, filter=make_filter(filter, **fields), batches=batches, limit=limit
         )
         return found, (found[-1].cursor if found else cursor)
 
     def cursor(self, after: str | ChangeCursor | None) -> ChangeCursor:
         if after is None:
-            return self._host.backend.changes_head()
+            return self._host.reads.changes_head()
         return after if isinstance(after, ChangeCursor) else ChangeCursor.parse(after)
 
     async def stream_events(

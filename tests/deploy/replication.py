@@ -88,7 +88,10 @@ class ReplicatedPair:
         # the files, and a promoted replica that waited for a standby of its own
         # would hang every commit.
         self.primary.start(
-            "wal_level=replica", "max_wal_senders=5", "synchronous_standby_names='*'"
+            "wal_level=replica",
+            "max_wal_senders=5",
+            "synchronous_standby_names='*'",
+            "shared_preload_libraries=pg_stat_statements",  # what ran where
         )
         run_as_postgres(
             str(bindir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.primary.port),

@@ -42,6 +42,7 @@ PG_ONLY = {
     "tables_to_tidy",  # VACUUM, ANALYZE: SQLite reuses freed pages, InnoDB purges
     "table_planned_empty",
     "change_stamp",  # the newest change stamps, polled behind a transaction pooler
+    "replica_lag",  # how far a streaming replica trails (read_url)
 }
 SQLITE_ONLY = {
     "job_finalize_one",

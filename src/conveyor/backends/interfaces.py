@@ -120,6 +120,11 @@ class SchemaStore(abc.ABC):
     def notifier(self, *, events: bool = False) -> Notifier:
         """A source of work hints, or with ``events`` of change hints (jobs finished)."""
 
+    def replica_lag(self) -> float | None:
+        """Seconds this database (a streaming replica) trails its primary: 0 once
+        it replayed all it received, None on a primary or where it cannot tell."""
+        return None
+
 
 class JobStore(abc.ABC):
     """Creating jobs, reading them, and the operator's actions on them."""

@@ -41,8 +41,19 @@ allowed_host_option = click.option(
 )
 
 
+read_url_option = click.option(
+    "--read-url",
+    envvar="CONVEYOR_READ_URL",
+    metavar="URL",
+    help="A streaming replica of the database ($CONVEYOR_READ_URL): lists, counts, "
+    "metrics, event streams and the dashboard read there (it says how far behind it "
+    "is); writes, claims and a job read by id go to the primary.",
+)
+
+
 @click.command("server", short_help="Serve the HTTP API: REST, remote workers, asyncflow.")
 @app_option
+@read_url_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8081, show_default=True, help="Port to bind."
@@ -117,6 +128,7 @@ def server(
     allowed_hosts: tuple[str, ...],
     reopen: bool,
     header_timeout_s: float,
+    read_url: str | None,
     max_body_bytes: int,
     services: bool,
     worker_ttl_s: float,
@@ -149,6 +161,9 @@ def server(
     configure_logging(log_level, log_format)
     app = state.app(auto_migrate=True)
     app.connect(wait_s=connect_wait_s)  # and migrates
+    if read_url:
+        app.read_url = read_url
+        log.info("reading lists, counts and the dashboard from %s", redact_url(read_url))
     allowed_hosts = _check_access(app, host, allowed_hosts, reopen)
     api = create_app(
         app,
@@ -235,15 +250,22 @@ def _check_access(
 
 @click.command("dashboard", short_help="Serve the web dashboard (the server, at /).")
 @app_option
+@read_url_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8081, show_default=True, help="Port to bind."
 )
 @allowed_host_option
 @click.pass_context
-def dashboard(ctx: click.Context, host: str, port: int, allowed_hosts: tuple[str, ...]) -> None:
+def dashboard(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    allowed_hosts: tuple[str, ...],
+    read_url: str | None,
+) -> None:
     """Serve the web dashboard: `conveyor server` with its defaults, whose `/` is
     the dashboard. Open the URL it prints; sign in with an API token if the
     database has any (`conveyor tokens create --scope read|producer|admin`)."""
     click.echo(f"dashboard: http://{host}:{port}/  (Ctrl-C stops it)", err=True)
-    ctx.invoke(server, host=host, port=port, allowed_hosts=allowed_hosts)
+    ctx.invoke(server, host=host, port=port, allowed_hosts=allowed_hosts, read_url=read_url)

@@ -358,6 +358,10 @@ class PostgresBackend(PostgresSession):
         )
         return PostgresPollingNotifier(self._change_stamp)
 
+    def replica_lag(self) -> float | None:
+        [row] = self._rows("replica_lag", {})
+        return None if row["lag"] is None else float(row["lag"])
+
     def _change_stamp(self) -> tuple[Any, ...]:
         [row] = self._rows("change_stamp", {})
         return (row["jobs"], row["batches"])

@@ -894,6 +894,16 @@ SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
 -- name: notify_events
 SELECT pg_notify(%(events)s, q) FROM unnest(%(queues)s::text[]) AS q
 
+-- name: replica_lag
+-- How far a streaming replica trails (Conveyor(read_url=...)): 0 once it has
+-- replayed all the WAL it received (an idle primary sends none, so the time of
+-- the last replayed commit alone would grow while nothing is behind), else the
+-- age of the last commit it replayed. NULL on a primary.
+SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL
+            WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+            ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())
+       END AS lag
+
 -- name: change_stamp
 -- What a notifier polls when it cannot LISTEN (behind a transaction pooler): the
 -- newest change stamps of the unfinished jobs and of the batches, one index

@@ -34,7 +34,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ... import serialize
 from ...encoding import storable_text
-from ...errors import JobNotFound
+from ...errors import ConveyorError, JobNotFound
 from ...records import ApiToken, JobFilter, JobState, TokenScope
 from ..auth import COOKIE, authorize
 from ..context import ServerContext
@@ -212,9 +212,23 @@ def render(name: str, request: Request, who: Viewer, **data: Any) -> HTMLRespons
         can_produce=who.can(TokenScope.PRODUCER),
         can_admin=who.can(TokenScope.ADMIN),
         open_server=who.token is None,
+        replica=_replica_note(request),
         **data,
     )
     return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+
+
+def _replica_note(request: Request) -> str | None:
+    """How far behind the replica the pages are read from is (None: the primary)."""
+    ctx = getattr(request.app.state, "conveyor", None)
+    app = ctx.conveyor if isinstance(ctx, ServerContext) else None
+    if app is None or not app.read_url:
+        return None
+    try:
+        lag = app.replica_lag()
+    except ConveyorError:
+        return "lag unknown (it does not answer)"
+    return "lag unknown" if lag is None else f"{lag:.1f} s behind"
 
 
 @router.get("/static/{name}")
@@ -395,7 +409,7 @@ async def batches(request: Request, ctx: Ctx, state: str | None = None) -> Respo
 
     def gather() -> list[dict[str, Any]]:
         rows = app.list_batches(state=state or None, limit=PAGE)
-        return [serialize.batch(b.record, b.progress()) for b in rows]
+        return [serialize.batch(b.record, b.progress(refresh=False)) for b in rows]
 
     return render("batches.html", request, who, batches=await asyncio.to_thread(gather))
 

@@ -294,7 +294,9 @@ def check_keys_unused(app: Conveyor, specs: list[JobCreate], prints: list[str | 
             )
     if not first:
         return
-    earlier = app.list_jobs(JobFilter(idempotency_keys=tuple(first)), limit=len(first))
+    earlier = app.list_jobs(
+        JobFilter(idempotency_keys=tuple(first)), limit=len(first), primary=True
+    )
     for job in earlier:
         n, fingerprint = first[job.idempotency_key or ""]
         check_same_request(job, specs[n], fingerprint, f"jobs[{n}]")

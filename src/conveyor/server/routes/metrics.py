@@ -145,6 +145,13 @@ class _Gauges:
         )
         running = sum(c.count for c in app.counts() if c.state == JobState.RUNNING)
         yield GaugeMetricFamily("conveyor_jobs_running", "Jobs running now.", value=running)
+        lag = app.replica_lag()
+        if lag is not None:  # the gauges above were read from a replica (read_url)
+            yield GaugeMetricFamily(
+                "conveyor_replica_lag_seconds",
+                "How far the replica these metrics are read from trails the primary.",
+                value=lag,
+            )
 
 
 router = APIRouter(tags=["metrics"])
