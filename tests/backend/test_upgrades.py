@@ -226,7 +226,8 @@ def _stamp(backend: Any, job_id: int) -> int:
 
 def _burst_worker(db_url: str, tmp_path: Path) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    env["PYTHONPATH"] = str(ROOT)
+    # this tree's code first (a worktree's too, not the installed package's)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         code = subprocess.call(

@@ -135,6 +135,11 @@ CHECK_IDLE_S = 2.0
 _TRANSIENT_CODES = CONNECTION_ERRORS | {1040, 2002, 2005}
 #: the server ends a session of ours idle this long (wait_timeout)
 SESSION_IDLE_S = 300
+#: the days of finished jobs are made this far ahead (partitions, schema v21),
+#: this often, and their upkeep waits this long for the table before giving up
+DAYS_AHEAD = 2
+DAYS_EVERY_S = 3600.0
+UPKEEP_WAIT_S = 2
 
 
 def _code(exc: BaseException) -> int:
@@ -303,6 +308,8 @@ class MySQLBackend(SqlBackend):
         self._pid = os.getpid()
         #: deadlocks and lock wait timeouts retried so far (racing workers)
         self.deadlock_retries = 0
+        #: when this process last made the days ahead (job_prune)
+        self._days_made_at = -math.inf
         conn = self._conn()  # fail now, with the server's reason, if we cannot connect
         self.mariadb = _is_mariadb(conn)
 
@@ -737,7 +744,7 @@ class MySQLBackend(SqlBackend):
             return []
         tokens = json.dumps({str(i): secrets.token_hex(16) for i in ids})
         self._qc(cur, "job_claim_update", {**base, "ids": self._list(ids), "tokens": tokens})
-        return self._q(cur, "job_get_many", {"ids": self._list(ids)})
+        return self._q(cur, "job_get_claimed", {"ids": self._list(ids)})
 
     def _claim_free(self, queues: list[str], base: dict[str, Any], limit: int) -> list[Any]:
         with self._tx() as cur:
@@ -1136,6 +1143,57 @@ class MySQLBackend(SqlBackend):
 
         return self._retry(run)
 
+    def job_prune(
+        self,
+        *,
+        state: str,
+        older_than_s: float,
+        limit: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        """Whole days of finished jobs first (dropped partitions, schema v21), then
+        row by row what is left: the day that straddles the cutoff, the jobs in a
+        state's catch-all partition, and a day kept for an open batch."""
+        gone = 0
+        if not dry_run:
+            if time.monotonic() - self._days_made_at > DAYS_EVERY_S:
+                self._partition_upkeep("job_add_days", {"ahead": DAYS_AHEAD})
+                self._days_made_at = time.monotonic()
+            gone = self._partition_upkeep(
+                "job_drop_days",
+                {"state": str(state), "older_than_s": float(older_than_s), "now": self._now(now)},
+            )
+        shared = SqlBackend.job_prune
+        return gone + self._retry(
+            lambda: shared(
+                self, state=state, older_than_s=older_than_s, limit=limit, dry_run=dry_run, now=now
+            )
+        )
+
+    def _partition_upkeep(self, name: str, params: dict[str, Any]) -> int:
+        """A partition-keeping procedure, which gives up rather than wait long:
+        its ALTERs take the table's metadata lock, and every statement on the
+        table queues behind them. Skipped now, done at a later pass. Returns how
+        many jobs went (job_drop_days)."""
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(Q["upkeep_wait"], {"wait_s": UPKEEP_WAIT_S})
+                try:
+                    cur.execute(Q[name], params)
+                    cur.execute(Q["job_days_result"])
+                    row = cur.fetchone()
+                finally:
+                    cur.execute(Q["upkeep_wait_default"])
+            conn.commit()
+        except pymysql.err.OperationalError as exc:
+            if _code(exc) not in RETRYABLE:
+                raise self._fail(exc) from exc
+            log.info("%s skipped this time: %s", name, exc)
+            return 0
+        return int(row["gone"] or 0) if row else 0
+
     def counts_fold(self) -> None:
         self._fold(
             "counts_fold_pick", "counts_add", "count_deltas_delete", ("queue", "task", "state")
@@ -1222,7 +1280,6 @@ _RETRIED = (
     "job_retry_many",
     "job_cancel_many",
     "job_delete_many",
-    "job_prune",
     "worker_request_stop",
     "leader_attempt_elect",
     "queue_set_paused",
