@@ -84,6 +84,7 @@ MYSQL_ONLY = {
     "job_claim_pick",  # SELECT ... FOR UPDATE SKIP LOCKED
     "job_claim_update",  # then UPDATE by primary key
     "job_get_many",  # then read back
+    "job_get_claimed",  # (a claim's, from the live partition: schema v22)
     "job_claim_candidates",  # a limited claim's window, ranked by the backend
     "limits_busy",
     "limits_tokens",
@@ -119,6 +120,11 @@ MYSQL_ONLY = {
     "max_change",  # the notifier's poll (no LISTEN)
     "migration_lock",  # GET_LOCK: a session lock (DDL commits implicitly)
     "migration_unlock",
+    "job_add_days",  # the partitions of finished jobs (schema v22): procedures
+    "job_drop_days",
+    "job_days_result",  # their results, left in session variables
+    "upkeep_wait",  # their ALTERs wait for the table this long, then give up
+    "upkeep_wait_default",
 }
 # Shared queries MySQL writes its own way, each for the reason given.
 MYSQL_OVERRIDES = {

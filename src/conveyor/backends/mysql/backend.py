@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -59,7 +60,7 @@ from ..sql.logic import (
 )
 from .dialect import MIGRATIONS, Q
 from .notifier import HUB, MySQLNotifier
-from .session import MySQLSession, parse_url
+from .session import RETRYABLE, MySQLSession, _code, log, parse_url
 
 __all__ = [  # also read from here (tests): the dialect's, the notifier's, the session's
     "HUB",
@@ -69,6 +70,13 @@ __all__ = [  # also read from here (tests): the dialect's, the notifier's, the s
     "Q",
     "parse_url",
 ]
+
+
+#: the days of finished jobs are made this far ahead (partitions, schema v22),
+#: this often, and their upkeep waits this long for the table before giving up
+DAYS_AHEAD = 2
+DAYS_EVERY_S = 3600.0
+UPKEEP_WAIT_S = 2
 
 
 class MySQLBackend(MySQLSession):
@@ -82,6 +90,8 @@ class MySQLBackend(MySQLSession):
         super().__init__(url)
         #: per keyed queue, how far past its size a claim looks (next_window_factor)
         self._windows = WindowSizes()
+        #: when this process last made the days ahead (job_prune)
+        self._days_made_at = -math.inf
 
     def _migration_lock(self, cur: Any) -> None:
         pass  # a session lock taken around the whole migration (migrate)
@@ -195,7 +205,7 @@ class MySQLBackend(MySQLSession):
             return []
         tokens = json.dumps({str(i): secrets.token_hex(16) for i in ids})
         self._qc(cur, "job_claim_update", {**base, "ids": self._list(ids), "tokens": tokens})
-        return self._q(cur, "job_get_many", {"ids": self._list(ids)})
+        return self._q(cur, "job_get_claimed", {"ids": self._list(ids)})
 
     def _claim_free(self, queues: list[str], base: dict[str, Any], limit: int) -> list[Any]:
         with self._tx() as cur:
@@ -593,6 +603,54 @@ class MySQLBackend(MySQLSession):
             return len(rows)
 
         return self._retrying(run)
+
+    def job_prune(
+        self,
+        *,
+        state: str,
+        older_than_s: float,
+        limit: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        """Whole days of finished jobs first (dropped partitions, schema v22), then
+        row by row what is left: the day that straddles the cutoff, the jobs in a
+        state's catch-all partition, and a day kept for an open batch."""
+        gone = 0
+        if not dry_run:
+            if time.monotonic() - self._days_made_at > DAYS_EVERY_S:
+                self._partition_upkeep("job_add_days", {"ahead": DAYS_AHEAD})
+                self._days_made_at = time.monotonic()
+            gone = self._partition_upkeep(
+                "job_drop_days",
+                {"state": str(state), "older_than_s": float(older_than_s), "now": self._now(now)},
+            )
+        return gone + super().job_prune(  # (retried through the hook: SqlBackend's)
+            state=state, older_than_s=older_than_s, limit=limit, dry_run=dry_run, now=now
+        )
+
+    def _partition_upkeep(self, name: str, params: dict[str, Any]) -> int:
+        """A partition-keeping procedure, which gives up rather than wait long:
+        its ALTERs take the table's metadata lock, and every statement on the
+        table queues behind them. Skipped now, done at a later pass. Returns how
+        many jobs went (job_drop_days)."""
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(Q["upkeep_wait"], {"wait_s": UPKEEP_WAIT_S})
+                try:
+                    cur.execute(Q[name], params)
+                    cur.execute(Q["job_days_result"])
+                    row = cur.fetchone()
+                finally:
+                    cur.execute(Q["upkeep_wait_default"])
+            conn.commit()
+        except pymysql.err.OperationalError as exc:
+            if _code(exc) not in RETRYABLE:
+                raise self._fail(exc) from exc
+            log.info("%s skipped this time: %s", name, exc)
+            return 0
+        return int(row["gone"] or 0) if row else 0
 
     def counts_fold(self) -> None:
         self._fold(

@@ -5,6 +5,12 @@
 -- UPDATE, update them by primary key, and read them back, in one transaction),
 -- no ON CONFLICT (INSERT IGNORE / ON DUPLICATE KEY UPDATE), no partial indexes,
 -- `key` is a reserved word, and a derived table cannot see the outer query.
+--
+-- Live: the job table is partitioned (schema v22, see its migration): part = 0
+-- is the partition of the jobs not finished. A statement that reads or changes
+-- only such jobs says so (`part = 0`), a constant MariaDB prunes the finished
+-- partitions by: otherwise a lookup by id probes every day of every finished
+-- state (the primary key is (id, part)), and an index range is walked in each.
 
 -- name: job_insert_head
 -- INSERT IGNORE for ON CONFLICT DO NOTHING: an input whose unique or idempotency
@@ -33,6 +39,7 @@ VALUES
 -- columns fetch_queue and neg_priority: see migration 1).
 SELECT id FROM conveyor_jobs
 WHERE fetch_queue = :queue  -- queue = :queue AND state IN ('available', 'scheduled')
+  AND part = 0  -- (see "Live" at the top)
   AND scheduled_at <= {NOW}
   AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
   AND (SELECT max(version) FROM conveyor_schema_version) <= :schema_version
@@ -55,7 +62,11 @@ SET state = 'running',
     started_at = {NOW},
     error = NULL,
     changed = {CHANGE}
-WHERE id {IN(:ids, bigint)}
+WHERE id {IN(:ids, bigint)} AND part = 0
+
+-- name: job_get_claimed
+-- The rows job_claim_update just made running, read back from the live partition.
+SELECT * FROM conveyor_jobs WHERE id {IN(:ids, bigint)} AND part = 0
 
 -- name: job_get_many
 SELECT * FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
@@ -68,6 +79,7 @@ SELECT j.id, j.concurrency_key, j.concurrency_limit, j.rate_key, j.rate_per_s, j
        j.spread_group, j.pinned_to, j.priority, j.scheduled_at
 FROM conveyor_jobs j
 WHERE j.fetch_queue = :queue AND j.scheduled_at <= {NOW}  -- (see job_claim_pick)
+  AND j.part = 0
   AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
   AND (SELECT max(version) FROM conveyor_schema_version) <= :schema_version
   AND (:tasks IS NULL OR j.task {IN(:task_list)})
@@ -90,7 +102,7 @@ FOR UPDATE SKIP LOCKED
 -- Running jobs per concurrency key among the candidates' keys (across queues).
 -- By the running-key column's index (v15).
 SELECT running_key AS concurrency_key, count(*) AS n FROM conveyor_jobs
-WHERE running_key {IN(:keys)}
+WHERE running_key {IN(:keys)} AND part = 0
 GROUP BY running_key
 
 -- name: limits_tokens
@@ -99,7 +111,7 @@ SELECT `key`, tokens, TIMESTAMPDIFF(MICROSECOND, updated_at, {NOW}) / 1000000 AS
 FROM conveyor_rate_limits WHERE `key` {IN(:keys)}
 
 -- name: queue_running
-SELECT count(*) AS n FROM conveyor_jobs WHERE queue = :queue AND state = 'running'
+SELECT count(*) AS n FROM conveyor_jobs WHERE queue = :queue AND state = 'running' AND part = 0
 
 -- name: limits_lock
 -- A queue's limited claims serialise on its conveyor_queues row (a row lock held
@@ -136,7 +148,7 @@ ON DUPLICATE KEY UPDATE
 SELECT id, lease_token, cancel_requested, attempt, started_at, queue,
        (batch_id IS NOT NULL OR chain IS NOT NULL) AS flow
 FROM conveyor_jobs
-WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running'
+WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running' AND part = 0
 ORDER BY id
 FOR UPDATE
 
@@ -167,7 +179,7 @@ SET state = CASE WHEN cancel_requested AND :state <> 'failed' THEN 'cancelled' E
     cancel_requested = FALSE,
     lease_token = NULL, lease_expires_at = NULL,
     changed = {CHANGE}
-WHERE id = :id AND lease_token = :token AND state = 'running'
+WHERE id = :id AND lease_token = :token AND state = 'running' AND part = 0
 
 -- name: job_succeed_many
 -- The common case in one statement: plain successes (no error, stage, retry or
@@ -185,14 +197,14 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'succeeded' END,
     cancel_requested = FALSE,
     lease_token = NULL, lease_expires_at = NULL,
     changed = {CHANGE}
-WHERE id {IN(:ids, bigint)} AND state = 'running'
+WHERE id {IN(:ids, bigint)} AND state = 'running' AND part = 0
 
 -- name: job_finalized
 SELECT id, state, attempt, error, queue, started_at FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 
 -- name: job_release_pick
 SELECT id, attempt AS ran, stage, started_at, queue FROM conveyor_jobs
-WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running'
+WHERE id {IN(:ids, bigint)} AND lease_token {IN(:tokens)} AND state = 'running' AND part = 0
 ORDER BY id
 FOR UPDATE
 
@@ -200,7 +212,7 @@ FOR UPDATE
 UPDATE conveyor_jobs
 SET state = 'available', attempt = GREATEST(attempt - 1, 0), cancel_requested = FALSE,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, changed = {CHANGE}
-WHERE id = :id AND lease_token = :token AND state = 'running'
+WHERE id = :id AND lease_token = :token AND state = 'running' AND part = 0
 
 -- name: worker_upsert
 -- (See the PostgreSQL worker_heartbeat.) ON DUPLICATE KEY UPDATE reports 1 row
@@ -220,7 +232,7 @@ SELECT j.id, j.lease_owner, j.started_at,
        CASE WHEN j.lease_expires_at < {NOW} THEN 'was held past its deadline'
             ELSE 'stopped heartbeating' END AS why
 FROM conveyor_jobs j
-WHERE j.state = 'running'
+WHERE j.state = 'running' AND j.part = 0
   AND (j.lease_expires_at < {NOW}
        OR (j.lease_expires_at IS NULL AND NOT EXISTS (
                SELECT 1 FROM conveyor_workers w
@@ -241,7 +253,7 @@ SET error = CONCAT('lease lost on attempt ', attempt, ' of ', max_attempts, ' (w
     cancel_requested = FALSE,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
     changed = {CHANGE}
-WHERE id = :id AND state = 'running'
+WHERE id = :id AND state = 'running' AND part = 0
 
 -- name: job_rescued
 SELECT id, state, attempt, stage, queue, error,
@@ -250,14 +262,14 @@ FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 
 -- name: job_schedule_pick
 SELECT id, queue FROM conveyor_jobs
-WHERE state = 'scheduled' AND scheduled_at <= {NOW}
+WHERE state = 'scheduled' AND scheduled_at <= {NOW} AND part = 0
 ORDER BY scheduled_at
 LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
 -- name: job_schedule_ids
 UPDATE conveyor_jobs SET state = 'available', changed = {CHANGE}
-WHERE id {IN(:ids, bigint)} AND state = 'scheduled'
+WHERE id {IN(:ids, bigint)} AND state = 'scheduled' AND part = 0
 
 -- name: schema_version_table
 CREATE TABLE IF NOT EXISTS conveyor_schema_version (
@@ -307,9 +319,9 @@ FROM (SELECT DISTINCT queue FROM conveyor_counts
       SELECT DISTINCT queue FROM conveyor_count_deltas
       WHERE state IN ('available', 'scheduled')) q
 LEFT JOIN (SELECT queue, min(scheduled_at) AS s FROM conveyor_jobs
-           WHERE state = 'available' GROUP BY queue) a ON a.queue = q.queue
+           WHERE state = 'available' AND part = 0 GROUP BY queue) a ON a.queue = q.queue
 LEFT JOIN (SELECT queue, min(scheduled_at) AS s FROM conveyor_jobs
-           WHERE state = 'scheduled' AND scheduled_at <= {NOW} GROUP BY queue) d
+           WHERE state = 'scheduled' AND scheduled_at <= {NOW} AND part = 0 GROUP BY queue) d
        ON d.queue = q.queue
 
 -- name: job_age_pick
@@ -321,7 +333,7 @@ SELECT j.id, coalesce(j.base_priority, j.priority) AS base,
          + LEAST(:max_boost, FLOOR(TIMESTAMPDIFF(MICROSECOND, j.scheduled_at, {NOW})
                                    / 1000000 / :aging_s)) AS target
 FROM conveyor_jobs j
-WHERE j.state = 'available'
+WHERE j.state = 'available' AND j.part = 0
   AND j.scheduled_at <= {NOW_MINUS(:aging_s)}
   AND (:window_s IS NULL OR EXISTS (
           SELECT 1 FROM JSON_TABLE(:ks, '$[*]' COLUMNS (k INT PATH '$')) w
@@ -335,7 +347,7 @@ LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
 -- name: job_age_one
-UPDATE conveyor_jobs SET base_priority = :base, priority = :target WHERE id = :id
+UPDATE conveyor_jobs SET base_priority = :base, priority = :target WHERE id = :id AND part = 0
 
 -- name: job_prune_ids
 SELECT j.id FROM conveyor_jobs j
@@ -403,9 +415,10 @@ SELECT (SELECT max(changed) FROM conveyor_jobs) AS jobs,
 -- (See the shared query.) A locking read: it reads the latest committed rows even
 -- in a caller's REPEATABLE READ transaction (MySQL's default), whose snapshot
 -- may predate the job that made INSERT IGNORE skip the input.
+-- By unique_key_active (the unique key while unfinished; schema v22: live only).
 SELECT id, unique_key, idempotency_key FROM conveyor_jobs
 WHERE idempotency_key {IN(:idempotency_keys)}
-   OR (unique_key {IN(:unique_keys)} AND state IN ('scheduled', 'available', 'running'))
+   OR unique_key_active {IN(:unique_keys)}
 LOCK IN SHARE MODE
 
 -- Upserts: ON DUPLICATE KEY UPDATE where the shared SQL has ON CONFLICT.
@@ -491,3 +504,24 @@ THEN EXISTS (
                               WHERE s.task = conveyor_jobs.task AND s.position IS NOT NULL)
           AND LOWER(a.v) LIKE LOWER(:f_search))
 ELSE LOWER(CAST(conveyor_jobs.args AS CHAR)) LIKE LOWER(:f_search) END
+
+-- name: job_add_days
+-- The days of finished jobs from today to `ahead` days on (schema v22), made
+-- ahead of the outcomes that will fill them; @conveyor_days: how many.
+CALL conveyor_jobs_add_days(:ahead)
+
+-- name: job_drop_days
+-- Retention by whole days (schema v22): each day of the state's partitions that
+-- ended before the cutoff goes at once, with its attempts, keys and counts.
+CALL conveyor_jobs_drop_days(:state, {NOW_MINUS(:older_than_s)})
+
+-- name: job_days_result
+SELECT coalesce(@conveyor_days, 0) AS days, coalesce(@conveyor_gone, 0) AS gone
+
+-- name: upkeep_wait
+-- Partition upkeep waits this long for the table's metadata lock, then gives up
+-- until the next pass: meanwhile every statement on the table waits behind it.
+SET SESSION lock_wait_timeout = :wait_s
+
+-- name: upkeep_wait_default
+SET SESSION lock_wait_timeout = DEFAULT

@@ -186,7 +186,9 @@ def load_migrations(package: str) -> list[Migration]:
 def split_statements(sql: str) -> list[str]:
     """Split a migration into statements at top-level ``;``: not inside quotes, a
     dollar-quoted body (``$$ ... $$``, PostgreSQL functions), or a trigger body
-    (``CREATE TRIGGER ... BEGIN ...; END;``, SQLite)."""
+    (``CREATE TRIGGER ... BEGIN ...; END;``, SQLite and MySQL; MySQL's ``CREATE
+    PROCEDURE ... BEGIN ...; END;`` too, whose body holds no other BEGIN and no
+    statement that ends in END but the last)."""
     lines = [ln for ln in sql.splitlines() if not ln.lstrip().startswith("--")]
     text = "\n".join(lines)
     out: list[str] = []
@@ -211,9 +213,9 @@ def split_statements(sql: str) -> list[str]:
                 continue
         elif c == ";":
             stmt = text[start:i].strip()
-            trigger = re.match(r"CREATE\s+TRIGGER\b", stmt, re.IGNORECASE) and re.search(
-                r"\bBEGIN\b", stmt, re.IGNORECASE
-            )
+            trigger = re.match(
+                r"CREATE\s+(?:TRIGGER|PROCEDURE)\b", stmt, re.IGNORECASE
+            ) and re.search(r"\bBEGIN\b", stmt, re.IGNORECASE)
             if not trigger or re.search(r"\bEND\s*$", stmt, re.IGNORECASE):
                 if stmt:
                     out.append(stmt)
