@@ -44,6 +44,14 @@ def _today() -> str:
     return datetime.now(UTC).strftime("%Y%m%d")
 
 
+def _a_week_on() -> datetime:
+    """A week and a day after today's midnight (UTC): only today is wholly past a
+    7-day retention then, whatever the hour (an hour after now, late in the UTC
+    day, tomorrow was past it too)."""
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight + timedelta(days=8, minutes=1)
+
+
 def _tomorrow() -> str:
     return (datetime.now(UTC) + timedelta(days=1)).strftime("%Y%m%d")
 
@@ -189,7 +197,7 @@ def test_retention_drops_whole_days(backend):
     assert today in _partitions(backend)
     # A week on, today's day is past the retention: dropped whole, with its
     # attempts and keys, counts kept right; failures are kept.
-    week = datetime.now(UTC) + timedelta(days=8, hours=1)
+    week = _a_week_on()
     assert backend.job_prune(state="succeeded", older_than_s=7 * 86400.0, now=week) == 4
     assert today not in _partitions(backend)
     assert "succeeded_rest" in _partitions(backend)
@@ -228,7 +236,7 @@ def test_a_day_holding_a_job_of_an_open_batch_is_kept(backend):
     backend.job_insert_many(jobs=[ins(args=["alone"])])
     jobs = fetch(backend, n=3)
     backend.job_finalize_many(worker_id="w1", outcomes=[done(j) for j in jobs])
-    week = datetime.now(UTC) + timedelta(days=8, hours=1)
+    week = _a_week_on()
     assert backend.job_prune(state="succeeded", older_than_s=7 * 86400.0, now=week) == 1
     assert f"succeeded_{_today()}" in _partitions(backend)
     kept = [j for j in jobs if backend.job_get(job_id=j.id) is not None]
@@ -246,7 +254,7 @@ def test_partition_upkeep_gives_up_while_the_table_is_in_use(backend):
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT count(*) FROM conveyor_jobs")
-        week = datetime.now(UTC) + timedelta(days=8, hours=1)
+        week = _a_week_on()
         started = time.monotonic()
         gone = backend._partition_upkeep(
             "job_drop_days",
