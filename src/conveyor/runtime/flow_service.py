@@ -1,4 +1,4 @@
-"""The aggregator: closes batches and advances chains. Every worker runs it, but
+"""The aggregator: closes batches, advances chains and workflows. Every worker runs it, but
 only the leader acts; a closing is exactly-once anyway (the callback has an
 idempotency key), so a leadership handover overlap is harmless."""
 
@@ -8,10 +8,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from ..backends.interfaces import FlowStore
 from ..flow import next_step_insert
 from ..records import JobState
 from .service import ThreadService
+from .stores import FlowStores
 
 log = logging.getLogger("conveyor.flow")
 
@@ -24,7 +24,7 @@ class FlowService(ThreadService):
 
     def __init__(
         self,
-        backend: FlowStore,
+        backend: FlowStores,
         *,
         is_leader: Callable[[], bool] = lambda: True,
         interval: float = 1.0,
@@ -47,7 +47,13 @@ class FlowService(ThreadService):
                 closed += 1
                 log.info("batch %d %s closed: %s", batch.id, batch.name or "", batch.state)
         advanced = 0
-        for link in self.backend.job_chain_due(limit=100):
+        due = self.backend.job_chain_due(limit=100)
+        # A workflow node's job carries the empty chain: its end is the graph's to
+        # record (all of this pass's in one transaction).
+        advanced += self.backend.workflow_settle(links=[k for k in due if k.chain == []], now=now)
+        for link in due:
+            if link.chain == []:
+                continue
             nxt = None
             if link.state == JobState.SUCCEEDED and link.chain:
                 nxt = next_step_insert(link.id, link.chain_root, link.result_json, link.chain)
