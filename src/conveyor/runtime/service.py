@@ -194,7 +194,7 @@ class Leadership(ThreadService):
         finally:
             if self.is_leader != was:
                 if self.is_leader:
-                    log.info("%s is now the leader (maintenance, batches, chains)", self.holder)
+                    log.info("%s is now the leader (maintenance, batches, chains, workflows)", self.holder)
                 if self._on_change is not None:
                     self._on_change(self.is_leader)
 
