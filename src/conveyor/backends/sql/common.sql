@@ -569,6 +569,14 @@ DELETE FROM conveyor_workflow_nodes WHERE workflow_id = :id AND node = :node AND
 -- name: workflow_nodes_by_jobs
 SELECT * FROM conveyor_workflow_nodes WHERE job_id {IN(:ids, bigint)}
 
+-- name: workflow_jobs_lock
+-- The finished jobs a settling pass records, locked in id order (as every pass
+-- takes them): a second pass (a leadership overlap) waits, then finds them linked.
+SELECT id, chain_next, state FROM conveyor_jobs WHERE id {IN(:ids, bigint)} ORDER BY id {FOR_UPDATE}
+
+-- name: workflow_jobs_link
+UPDATE conveyor_jobs SET chain_next = 0 WHERE id {IN(:ids, bigint)} AND chain_next IS NULL
+
 -- name: workflow_running_jobs
 SELECT job_id FROM conveyor_workflow_nodes
 WHERE workflow_id = :id AND state = 'running' AND job_id IS NOT NULL

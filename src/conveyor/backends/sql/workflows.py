@@ -23,7 +23,7 @@ when it ends, so it outlives the job's retention).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +43,8 @@ KeyPair = tuple[str | None, str | None]
 
 class SqlOps(Protocol):
     """What the graph needs of the SQL backend (``SqlBackend`` is one)."""
+
+    Q: dict[str, str]
 
     def _tx(self, conn: Any = None) -> AbstractContextManager[Any]: ...
 
@@ -237,6 +239,19 @@ class Graph:
         params = {"id": workflow_id, "node": node}
         return self._keep(self.ops._q(self.cur, "workflow_items", params))
 
+    def prefetch(self, nodes: Iterable[_Node]) -> None:
+        """Read at once the declared nodes that ``nodes`` ending will touch: their
+        children, and the map of each item."""
+        wanted: dict[int, set[int]] = {}
+        for node in nodes:
+            touched = node.children if node.item < 0 else [node.node]
+            wanted.setdefault(node.workflow_id, set()).update(touched)
+        for workflow_id, numbers in wanted.items():
+            missing = sorted(n for n in numbers if (workflow_id, n, -1) not in self.nodes)
+            if missing:
+                params = {"id": workflow_id, "nodes": self.ops._list(missing)}
+                self._keep(self.ops._q(self.cur, "workflow_nodes_in", params))
+
     def parents(self, node: _Node) -> list[_Node]:
         missing = [p for p in node.parents if (node.workflow_id, p, -1) not in self.nodes]
         if len(missing) > 1:
@@ -346,22 +361,25 @@ class Graph:
     def flush(self) -> None:
         ops, cur = self.ops, self.cur
         if self.jobs:
-            inserts = [ins for _, ins in self.jobs]
-            made = {keys[1]: job_id for job_id, keys in ops._insert_rows(cur, inserts, self.now)}
-            missing = [i.idempotency_key or "" for i in inserts if i.idempotency_key not in made]
+            jobs = [ins for _, ins in self.jobs]
+            made = {keys[1]: job_id for job_id, keys in ops._insert_rows(cur, jobs, self.now)}
+            missing = [i.idempotency_key or "" for i in jobs if i.idempotency_key not in made]
             if missing:  # made by an earlier pass (a leadership overlap): link to those
                 params = {"unique_keys": ops._list([]), "idempotency_keys": ops._list(missing)}
                 for row in ops._q(cur, "job_find_by_keys", params):
                     made[row["idempotency_key"]] = int(row["id"])
             for node, ins in self.jobs:
                 node.job_id, node.dirty = made[ins.idempotency_key], True
-            ops._wake(cur, sorted({ins.queue for ins in inserts}))
+            ops._wake(cur, sorted({ins.queue for ins in jobs}))
             self.jobs = []
+        inserts = [{**n.params(), "now": self.now} for n in self.nodes.values() if n.new]
+        updates = [
+            {**n.params(), "now": self.now} for n in self.nodes.values() if n.dirty and not n.new
+        ]
+        for name, rows in (("workflow_node_insert", inserts), ("workflow_node_update", updates)):
+            if rows:  # one round trip where the driver pipelines (psycopg)
+                cur.executemany(ops.Q[name], rows)
         for node in self.nodes.values():
-            if node.new:
-                ops._qc(cur, "workflow_node_insert", {**node.params(), "now": self.now})
-            elif node.dirty:
-                ops._qc(cur, "workflow_node_update", {**node.params(), "now": self.now})
             node.new = node.dirty = False
         for run in self.runs.values():
             if run.state == WorkflowState.RUNNING and run.open_nodes == 0:
@@ -449,28 +467,34 @@ def create(
 
 
 def settle(ops: SqlOps, cur: Any, links: Sequence[ChainLink], now: datetime | None) -> int:
-    """See ``WorkflowStore.workflow_settle``; on the caller's transaction."""
+    """See ``WorkflowStore.workflow_settle``; on the caller's transaction. A few
+    statements for the whole pass, whatever its size: the workflows locked, the
+    jobs locked, their nodes and those nodes' children read, then the writes."""
     g = _graph(ops, cur, now)
-    ids = [link.id for link in links]
-    owners = {}
-    for row in ops._q(cur, "workflow_nodes_by_jobs", {"ids": ops._list(ids)}):
-        owners[int(row["job_id"])] = (int(row["workflow_id"]), int(row["node"]), int(row["item"]))
-    for workflow_id in sorted({o[0] for o in owners.values()}):
+    ids = ops._list(sorted(link.id for link in links))
+    owned = ops._q(cur, "workflow_nodes_by_jobs", {"ids": ids})
+    for workflow_id in sorted({int(r["workflow_id"]) for r in owned}):
         g.lock(workflow_id)
-    closed = 0
+    jobs = {int(r["id"]): r for r in ops._q(cur, "workflow_jobs_lock", {"ids": ids})}
+    owners: dict[int, _Node] = {}
+    if owned:  # read again under the locks: a cancel or a retry may have come first
+        for node in g._keep(ops._q(cur, "workflow_nodes_by_jobs", {"ids": ids})):
+            if node.job_id is not None and node.workflow_id in g.runs:
+                owners[node.job_id] = node
+        g.prefetch(owners.values())
+    closed = []
     for link in sorted(links, key=lambda k: k.id):
-        rows = ops._q(cur, "job_chain_lock", {"id": link.id})
-        if not rows or rows[0]["chain_next"] is not None or rows[0]["state"] != link.state:
+        row = jobs.get(link.id)
+        if row is None or row["chain_next"] is not None or row["state"] != link.state:
             continue  # advanced already, deleted, or retried since it was read
         owner = owners.get(link.id)
-        if owner is not None and g.runs.get(owner[0]) is not None:
-            node = g.node(*owner)
-            if node.job_id == link.id and node.state == NodeState.RUNNING:
-                g.end((node, link.state, link.result_json, link.error))
-        ops._qc(cur, "job_chain_link", {"id": link.id, "next_id": 0})
-        closed += 1
+        if owner is not None and owner.state == NodeState.RUNNING:
+            g.end((owner, link.state, link.result_json, link.error))
+        closed.append(link.id)
+    if closed:
+        ops._qc(cur, "workflow_jobs_link", {"ids": ops._list(closed)})
     g.flush()
-    return closed
+    return len(closed)
 
 
 def cancel(ops: SqlOps, *, workflow_id: int, now: datetime | None) -> bool:
