@@ -23,6 +23,7 @@ database's own (the parent job's ``finished_at``, the dependent's attempt
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -73,7 +74,7 @@ def delay(app: Conveyor, n: int) -> dict[str, float]:
     assert run.wait(timeout=600) == "succeeded", run.record()
     nodes = run.nodes()
     gaps = []
-    for parent, child in zip(nodes, nodes[1:], strict=False):
+    for parent, child in itertools.pairwise(nodes):
         ended = app.get_job(parent.job_id or 0).finished_at
         started = app.get_job(child.job_id or 0).attempt_log()[-1].started_at
         assert ended is not None and started is not None

@@ -1,4 +1,4 @@
-"""The tasks of bench/bench_workflows.py: ``conveyor worker --app workflow_app:app`` (run in bench/)."""
+"""The tasks of bench/bench_workflows.py (``conveyor worker --app workflow_app:app``, in bench/)."""
 
 from __future__ import annotations
 
