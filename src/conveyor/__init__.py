@@ -24,12 +24,26 @@ from .errors import (
 from .flow import Chain, ChainFailed, NextStage, Snooze
 from .hooks import Fail, Middleware, Retry
 from .job import Attempt, Job
-from .records import BatchState, BulkResult, JobFilter, JobRecord, JobState, Outcome
+from .records import (
+    PARENT_FAILED,
+    BatchState,
+    BulkResult,
+    JobFilter,
+    JobRecord,
+    JobState,
+    NodeState,
+    Outcome,
+    WorkflowNode,
+    WorkflowRecord,
+    WorkflowState,
+)
 from .retry import Backoff
 from .runtime.context import cancel_requested, current_job
 from .task import Step, Task
+from .workflow import Node, Workflow, WorkflowFailed, WorkflowRun
 
 __all__ = [
+    "PARENT_FAILED",
     "Attempt",
     "Backoff",
     "BadArguments",
@@ -53,6 +67,8 @@ __all__ = [
     "JobTimeout",
     "Middleware",
     "NextStage",
+    "Node",
+    "NodeState",
     "Outcome",
     "Periodic",
     "Permanent",
@@ -64,6 +80,12 @@ __all__ = [
     "Step",
     "Task",
     "UnknownTask",
+    "Workflow",
+    "WorkflowFailed",
+    "WorkflowNode",
+    "WorkflowRecord",
+    "WorkflowRun",
+    "WorkflowState",
     "cancel_requested",
     "chain",
     "current_job",

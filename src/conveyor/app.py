@@ -54,11 +54,16 @@ from .records import (
     QueueInfo,
     TaskSettings,
     WorkerInfo,
+    WorkflowNode,
+    WorkflowNodeSpec,
+    WorkflowRecord,
+    WorkflowState,
 )
 from .registry import Registry
 from .retry import Backoff
 from .serving import Serving
 from .task import P, Payloads, R, Step, Task, TaskDecorator, TaskDefaults, check_queue_name
+from .workflow import Workflow, WorkflowRun
 
 if TYPE_CHECKING:
     from .runtime.service import Services
@@ -707,6 +712,68 @@ class Conveyor:
 
     def get_chain(self, chain_id: int) -> Chain:
         return Chain(self, int(chain_id))
+
+    # -- workflows (workflow.py) ---------------------------------------------------------
+    def workflow(self, name: str, *, idempotency_key: str | None = None) -> Workflow:
+        """A graph to declare (``.add``, ``.map``) and then ``.start()``."""
+        return Workflow(self, name, idempotency_key)
+
+    def get_workflow(self, workflow_id: int) -> WorkflowRun:
+        return WorkflowRun(self, self.workflow_record(workflow_id).id)
+
+    def list_workflows(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[WorkflowRecord]:
+        """Newest first."""
+        if state is not None and state not in set(WorkflowState):
+            names = ", ".join(WorkflowState)
+            raise ConfigError(f"state: unknown workflow state {state!r}; states are: {names}")
+        return self.reads.workflow_list(state=state, limit=limit, before_id=before_id)
+
+    def start_workflow(
+        self,
+        name: str,
+        nodes: Sequence[WorkflowNodeSpec],
+        *,
+        idempotency_key: str | None = None,
+        fingerprint: str | None = None,
+        conn: Any = None,
+    ) -> tuple[int, bool]:
+        """The rows of ``Workflow.start()``: (its id, whether it was created now)."""
+        return self.backend.workflow_create(
+            name=name,
+            nodes=nodes,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
+            conn=conn,
+        )
+
+    def workflow_record(self, workflow_id: int) -> WorkflowRecord:
+        record = self.backend.workflow_get(workflow_id=check_id(workflow_id, "workflow"))
+        if record is None:
+            raise JobNotFound(f"no workflow with id {workflow_id}")
+        return record
+
+    def workflow_nodes(self, workflow_id: int) -> list[WorkflowNode]:
+        return self.backend.workflow_nodes(workflow_id=check_id(workflow_id, "workflow"))
+
+    def workflow_items(self, workflow_id: int, node: int) -> list[WorkflowNode]:
+        wid = check_id(workflow_id, "workflow")
+        return self.backend.workflow_items(workflow_id=wid, node=int(node))
+
+    def cancel_workflow(self, workflow_id: int) -> bool:
+        """Cancel the nodes not started and the running ones' jobs; ``False`` if the
+        workflow had ended."""
+        return self.backend.workflow_cancel(workflow_id=self.workflow_record(workflow_id).id)
+
+    def retry_workflow(self, workflow_id: int) -> int:
+        """Run a failed or cancelled workflow's failed, cancelled and skipped nodes
+        again (a map: its items that did not succeed); what succeeded is kept. The
+        number of nodes run again. ``ConfigError`` while it runs."""
+        record = self.workflow_record(workflow_id)
+        if record.state == WorkflowState.RUNNING:
+            raise ConfigError(f"workflow {record.id} is still running: cancel it or let it end")
+        return self.backend.workflow_retry(workflow_id=record.id)
 
     # -- queues --------------------------------------------------------------------------
     def queues(self) -> list[QueueInfo]:

@@ -10,6 +10,7 @@ methods (``conveyor.Job``, ``conveyor.Batch``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -174,6 +175,104 @@ class BatchRecord:
     #: what a batch created under an idempotency key was asked for, hashed: a
     #: repeat under the key must ask for the same (None: no key, or before v21)
     fingerprint: str | None = None
+
+
+#: what a workflow node that runs although a parent failed
+#: (``on_parent_failure="run"``) receives in that parent's place:
+#: ``{PARENT_FAILED: {"node": <name>, "state": "failed", "error": <reason>}}``
+PARENT_FAILED = "conveyor_parent_failed"
+
+
+class WorkflowState(StrEnum):
+    """running -> succeeded | failed | cancelled (a retry makes it running again)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class NodeState(StrEnum):
+    """pending (parents still running) -> running (its job, or a map's items, made)
+    -> succeeded | failed | cancelled | skipped."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+    @property
+    def ended(self) -> bool:
+        return self not in (NodeState.PENDING, NodeState.RUNNING)
+
+
+@dataclass(frozen=True)
+class WorkflowNodeSpec:
+    """A node as declared, before the workflow starts: its task call as a step
+    template (``Step.to_dict()``: queue, task, options, args, kwargs), the nodes
+    it runs after (indexes of nodes declared before it), and for a ``map`` the
+    node whose list result it fans out over (also its first parent)."""
+
+    name: str
+    kind: str  # "task" or "map"
+    step: dict[str, Any]
+    parents: tuple[int, ...] = ()
+    over_node: int | None = None
+    on_parent_failure: str = "fail"
+
+
+@dataclass(frozen=True)
+class WorkflowRecord:
+    id: int
+    name: str
+    state: WorkflowState
+    idempotency_key: str | None
+    #: declared nodes, those not ended yet, and those that ended failed or cancelled
+    total: int
+    open_nodes: int
+    failures: int
+    #: how many times it was retried
+    round: int
+    #: the first failure's reason (node name: error)
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    cancelled_at: datetime | None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowNode:
+    """One node of a workflow as stored: ``item`` is -1 for a declared node and
+    0..n-1 for the items of a ``map`` node."""
+
+    workflow_id: int
+    node: int
+    item: int
+    name: str
+    kind: str
+    task: str | None
+    parents: list[int]
+    children: list[int]
+    over_node: int | None
+    on_parent_failure: str
+    state: NodeState
+    job_id: int | None
+    #: a map node's number of items, once made
+    items: int | None
+    #: the node's result as stored JSON text (None until it succeeded)
+    result_json: str | None
+    error: str | None
+    round: int
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @property
+    def result(self) -> Any:
+        return None if self.result_json is None else json.loads(self.result_json)
 
 
 @dataclass(frozen=True)

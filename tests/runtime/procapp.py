@@ -63,6 +63,18 @@ async def item(i: int) -> int:
     return i
 
 
+@app.task
+def numbers(n: int) -> list[int]:
+    record("numbers")
+    return list(range(n))
+
+
+@app.task
+def total(xs: list[int]) -> int:
+    record(f"total:{sum(xs)}:{len(xs)}:{len(set(xs))}")
+    return sum(xs)
+
+
 @app.task(queue="callbacks")
 def batch_done(batch_id: int, counts: dict) -> str:
     record(f"callback:{counts.get('succeeded', 0)}:{counts.get('failed', 0)}")

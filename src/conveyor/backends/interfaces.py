@@ -39,6 +39,9 @@ from ..records import (
     RescueResult,
     TaskSettings,
     WorkerInfo,
+    WorkflowNode,
+    WorkflowNodeSpec,
+    WorkflowRecord,
 )
 
 #: what ``Backend.supports`` may be asked
@@ -473,6 +476,60 @@ class FlowStore(abc.ABC):
         job's id, or None if nothing was linked."""
 
 
+class WorkflowStore(abc.ABC):
+    """Workflows: graphs of nodes whose jobs the flow leader makes as parents end."""
+
+    @abc.abstractmethod
+    def workflow_create(
+        self,
+        *,
+        name: str,
+        nodes: Sequence[WorkflowNodeSpec],
+        idempotency_key: str | None = None,
+        fingerprint: str | None = None,
+        conn: Any = None,
+        now: datetime | None = None,
+    ) -> tuple[int, bool]:
+        """The workflow, its nodes and the jobs of its root nodes in one transaction
+        (``conn``'s, if given); ``(workflow_id, created)``. An idempotency key seen
+        before returns that workflow and writes nothing."""
+
+    @abc.abstractmethod
+    def workflow_get(self, *, workflow_id: int) -> WorkflowRecord | None: ...
+
+    @abc.abstractmethod
+    def workflow_list(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[WorkflowRecord]:
+        """Newest first."""
+
+    @abc.abstractmethod
+    def workflow_nodes(self, *, workflow_id: int) -> list[WorkflowNode]:
+        """The declared nodes, in declaration order."""
+
+    @abc.abstractmethod
+    def workflow_items(self, *, workflow_id: int, node: int) -> list[WorkflowNode]:
+        """A map node's items, in item order."""
+
+    @abc.abstractmethod
+    def workflow_settle(self, *, links: Sequence[ChainLink], now: datetime | None = None) -> int:
+        """For finished jobs of workflow nodes whose end is not recorded yet (their
+        chain link is open): record it, make the dependents that became ready (each
+        once), end the workflow when nothing is left; mark the links done. Jobs of
+        no workflow just have their link closed. Returns the links closed."""
+
+    @abc.abstractmethod
+    def workflow_cancel(self, *, workflow_id: int, now: datetime | None = None) -> bool:
+        """Nodes not started are cancelled, running ones' jobs cancelled (or flagged);
+        the run ends cancelled when they have. ``False`` if it had ended."""
+
+    @abc.abstractmethod
+    def workflow_retry(self, *, workflow_id: int, now: datetime | None = None) -> int:
+        """An ended, failed or cancelled workflow runs again: its failed, cancelled
+        and skipped nodes (a map: only its items that did not succeed) run anew,
+        what succeeded is kept. The number of nodes reset; 0 if it succeeded."""
+
+
 class CronStore(abc.ABC):
     """What periodic schedules need remembered across workers."""
 
@@ -609,6 +666,7 @@ class Backend(
     WorkerStore,
     QueueStore,
     FlowStore,
+    WorkflowStore,
     CronStore,
     ChangeStore,
     ServerStore,

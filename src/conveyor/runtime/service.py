@@ -194,7 +194,8 @@ class Leadership(ThreadService):
         finally:
             if self.is_leader != was:
                 if self.is_leader:
-                    log.info("%s is now the leader (maintenance, batches, chains)", self.holder)
+                    what = "maintenance, batches, chains, workflows"
+                    log.info("%s is now the leader (%s)", self.holder, what)
                 if self._on_change is not None:
                     self._on_change(self.is_leader)
 

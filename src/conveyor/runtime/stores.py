@@ -1,9 +1,9 @@
 """What the runtime's services that span several stores need of the database.
 
-A service that uses one store is typed by it (``FlowService``: ``FlowStore``;
-``Leadership`` and ``HeartbeatService``: ``WorkerStore``). One that spans
-several is typed by a Protocol here naming the members it calls, each grouped
-under the store (``backends.interfaces``) it comes from. The one ``Backend``
+A service that uses one store is typed by it (``Leadership`` and
+``HeartbeatService``: ``WorkerStore``). One that spans several is typed by a
+Protocol here naming the members it calls, each grouped under the store
+(``backends.interfaces``) it comes from. The one ``Backend``
 every process opens has them all; mypy checks that where it is passed in.
 """
 
@@ -15,6 +15,8 @@ from typing import Protocol
 
 from ..backends.interfaces import Notifier
 from ..records import (
+    BatchRecord,
+    ChainLink,
     Finalize,
     Heartbeat,
     Inserted,
@@ -108,3 +110,28 @@ class WorkerBackend(Protocol):
 
     # JobStore
     def job_count(self, *, filter: JobFilter) -> dict[str, int]: ...
+
+
+class FlowStores(Protocol):
+    """The aggregator (``FlowService``): batches, chains, workflows."""
+
+    # FlowStore
+    def batch_ready(self, *, limit: int = 100) -> list[int]: ...
+
+    def batch_close(self, *, batch_id: int, now: datetime | None = None) -> BatchRecord | None: ...
+
+    def job_chain_due(self, *, limit: int = 100) -> list[ChainLink]: ...
+
+    def job_chain_advance(
+        self,
+        *,
+        job_id: int,
+        next_job: JobInsert | None,
+        state: str,
+        now: datetime | None = None,
+    ) -> int | None: ...
+
+    # WorkflowStore
+    def workflow_settle(
+        self, *, links: Sequence[ChainLink], now: datetime | None = None
+    ) -> int: ...

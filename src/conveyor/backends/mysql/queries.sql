@@ -431,6 +431,12 @@ INSERT IGNORE INTO conveyor_batches (name, task, total, state, idempotency_key, 
 VALUES (:name, :task, :total, 'running', :idempotency_key, :fingerprint, :on_complete, {NOW},
         {CHANGE})
 
+-- name: workflow_insert
+-- INSERT IGNORE, as batch_insert: a known idempotency key inserts nothing.
+INSERT IGNORE INTO conveyor_workflows (name, state, idempotency_key, fingerprint, total,
+                                       open_nodes, created_at, updated_at)
+VALUES (:name, 'running', :idempotency_key, :fingerprint, :total, :total, {NOW}, {NOW})
+
 -- name: leader_attempt_elect
 -- Take the lease if it is free or expired, renew it if it is ours. MySQL assigns
 -- left to right: holder first (from the old row), then expires_at only if the

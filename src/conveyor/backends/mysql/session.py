@@ -401,7 +401,7 @@ class MySQLSession(SqlBackend):
     def _q(self, cur: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         sql = self.Q[name]
         params = self._stamped(cur, sql, params)
-        if name == "batch_insert":  # no RETURNING on MySQL: the id of the one row
+        if name in ("batch_insert", "workflow_insert"):  # no RETURNING: the one row's id
             cur.execute(sql, params)
             return [{"id": cur.lastrowid}] if cur.rowcount == 1 else []
         return super()._q(cur, name, params)

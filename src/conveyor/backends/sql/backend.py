@@ -39,8 +39,12 @@ from ...records import (
     QueueInfo,
     TaskSettings,
     WorkerInfo,
+    WorkflowNode,
+    WorkflowNodeSpec,
+    WorkflowRecord,
 )
 from ..interfaces import CAPABILITIES, Backend
+from . import workflows
 from .loader import Migration
 from .logic import KeyPair, callback_insert, check_schema, close_state, insert_resolving
 from .rows import (
@@ -54,6 +58,8 @@ from .rows import (
     task_settings_from_row,
     token_from_row,
     worker_from_row,
+    workflow_from_row,
+    workflow_node_from_row,
 )
 
 #: JobFilter field -> the name of its condition in the query files (filter_<field>)
@@ -766,6 +772,65 @@ class SqlBackend(Backend):
                     next_id = int(found[0]["id"])
             self._qc(cur, "job_chain_link", {"id": job_id, "next_id": next_id})
         return next_id or None
+
+    # -- workflows (the graph itself: workflows.py) ----------------------------------------
+    @retried
+    def workflow_create(
+        self,
+        *,
+        name: str,
+        nodes: Sequence[WorkflowNodeSpec],
+        idempotency_key: str | None = None,
+        fingerprint: str | None = None,
+        conn: Any = None,
+        now: datetime | None = None,
+    ) -> tuple[int, bool]:
+        return workflows.create(
+            self,
+            name=name,
+            nodes=nodes,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
+            conn=conn,
+            now=now,
+        )
+
+    def workflow_get(self, *, workflow_id: int) -> WorkflowRecord | None:
+        rows = self._rows("workflow_get", {"id": workflow_id})
+        return workflow_from_row(rows[0], self._ts) if rows else None
+
+    def workflow_list(
+        self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
+    ) -> list[WorkflowRecord]:
+        params = {
+            "state": state or "",
+            "limit": limit,
+            "before_id": before_id if before_id is not None else 2**62,
+        }
+        return [workflow_from_row(r, self._ts) for r in self._rows("workflow_list", params)]
+
+    def workflow_nodes(self, *, workflow_id: int) -> list[WorkflowNode]:
+        rows = self._rows("workflow_nodes", {"id": workflow_id})
+        return [workflow_node_from_row(r, self._ts) for r in rows]
+
+    def workflow_items(self, *, workflow_id: int, node: int) -> list[WorkflowNode]:
+        rows = self._rows("workflow_items", {"id": workflow_id, "node": node})
+        return [workflow_node_from_row(r, self._ts) for r in rows]
+
+    @retried
+    def workflow_settle(self, *, links: Sequence[ChainLink], now: datetime | None = None) -> int:
+        if not links:
+            return 0
+        with self._tx() as cur:
+            return workflows.settle(self, cur, links, now)
+
+    @retried
+    def workflow_cancel(self, *, workflow_id: int, now: datetime | None = None) -> bool:
+        return workflows.cancel(self, workflow_id=workflow_id, now=now)
+
+    @retried
+    def workflow_retry(self, *, workflow_id: int, now: datetime | None = None) -> int:
+        return workflows.retry(self, workflow_id=workflow_id, now=now)
 
     # -- cron ------------------------------------------------------------------------------
     @retried

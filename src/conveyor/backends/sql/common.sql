@@ -500,3 +500,89 @@ SELECT * FROM conveyor_actions ORDER BY created_at DESC, id DESC LIMIT :limit
 
 -- name: action_get
 SELECT * FROM conveyor_actions WHERE id = :id
+
+-- Workflows (schema v23). The flow leader settles a finished node's job in one
+-- transaction: the workflow row locked first (a cancel or a retry locks it too),
+-- then the job's chain link, then the node rows it changes.
+
+-- name: workflow_insert
+INSERT INTO conveyor_workflows (name, state, idempotency_key, fingerprint, total, open_nodes,
+                                created_at, updated_at)
+VALUES (:name, 'running', :idempotency_key, :fingerprint, :total, :total, {NOW}, {NOW})
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: workflow_find_by_key
+SELECT id FROM conveyor_workflows WHERE idempotency_key = :idempotency_key
+
+-- name: workflow_get
+SELECT * FROM conveyor_workflows WHERE id = :id
+
+-- name: workflow_lock
+SELECT * FROM conveyor_workflows WHERE id = :id {FOR_UPDATE}
+
+-- name: workflow_list
+SELECT * FROM conveyor_workflows
+WHERE (:state = '' OR state = :state) AND id < :before_id
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: workflow_update
+UPDATE conveyor_workflows
+SET state = :state, open_nodes = :open_nodes, failures = :failures, round = :round,
+    error = :error, updated_at = {NOW}, finished_at = {TS(:finished_at)},
+    cancelled_at = {TS(:cancelled_at)}
+WHERE id = :id
+
+-- name: workflow_node_insert
+INSERT INTO conveyor_workflow_nodes (workflow_id, node, item, name, kind, step, parents, children,
+                                     over_node, on_parent_failure, waiting, state, job_id, items,
+                                     result, error, round, updated_at, finished_at)
+VALUES (:workflow_id, :node, :item, :name, :kind, {JSON(:step)}, {JSON(:parents)},
+        {JSON(:children)}, :over_node, :on_parent_failure, :waiting, :state, :job_id, :items,
+        {JSON(:result)}, :error, :round, {NOW}, {TS(:finished_at)})
+
+-- name: workflow_node_update
+UPDATE conveyor_workflow_nodes
+SET waiting = :waiting, state = :state, job_id = :job_id, items = :items,
+    result = {JSON(:result)}, error = :error, round = :round, updated_at = {NOW},
+    finished_at = {TS(:finished_at)}
+WHERE workflow_id = :workflow_id AND node = :node AND item = :item
+
+-- name: workflow_nodes
+SELECT * FROM conveyor_workflow_nodes WHERE workflow_id = :id AND item = -1 ORDER BY node
+
+-- name: workflow_node_get
+SELECT * FROM conveyor_workflow_nodes WHERE workflow_id = :id AND node = :node AND item = :item
+
+-- name: workflow_nodes_in
+SELECT * FROM conveyor_workflow_nodes
+WHERE workflow_id = :id AND item = -1 AND node {IN(:nodes, integer)}
+
+-- name: workflow_items
+SELECT * FROM conveyor_workflow_nodes WHERE workflow_id = :id AND node = :node AND item >= 0
+ORDER BY item
+
+-- name: workflow_items_delete
+DELETE FROM conveyor_workflow_nodes WHERE workflow_id = :id AND node = :node AND item >= 0
+
+-- name: workflow_nodes_by_jobs
+SELECT * FROM conveyor_workflow_nodes WHERE job_id {IN(:ids, bigint)}
+
+-- name: workflow_jobs_lock
+-- The finished jobs a settling pass records, locked in id order (as every pass
+-- takes them): a second pass (a leadership overlap) waits, then finds them linked.
+SELECT id, chain_next, state FROM conveyor_jobs WHERE id {IN(:ids, bigint)} ORDER BY id {FOR_UPDATE}
+
+-- name: workflow_jobs_link
+UPDATE conveyor_jobs SET chain_next = 0 WHERE id {IN(:ids, bigint)} AND chain_next IS NULL
+
+-- name: workflow_running_jobs
+SELECT job_id FROM conveyor_workflow_nodes
+WHERE workflow_id = :id AND state = 'running' AND job_id IS NOT NULL
+
+-- name: workflow_cancel_jobs
+UPDATE conveyor_jobs
+SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled with its workflow',
+    changed = {CHANGE}
+WHERE id {IN(:ids, bigint)} AND state IN ('scheduled', 'available')

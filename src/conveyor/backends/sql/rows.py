@@ -20,10 +20,14 @@ from ...records import (
     ChainLink,
     JobRecord,
     JobState,
+    NodeState,
     QueueInfo,
     TaskSettings,
     TokenScope,
     WorkerInfo,
+    WorkflowNode,
+    WorkflowRecord,
+    WorkflowState,
     frozen_record,
 )
 
@@ -335,4 +339,47 @@ def task_settings_from_row(row: dict[str, Any], ts: Ts) -> TaskSettings:
         retry_interval_s=row["retry_interval_s"],
         retry_cap_s=row["retry_cap_s"],
         updated_at=ts(row["updated_at"]),
+    )
+
+
+def workflow_from_row(row: Mapping[str, Any], ts: Ts) -> WorkflowRecord:
+    return WorkflowRecord(
+        id=int(row["id"]),
+        name=row["name"],
+        state=WorkflowState(row["state"]),
+        idempotency_key=row["idempotency_key"],
+        total=int(row["total"]),
+        open_nodes=int(row["open_nodes"]),
+        failures=int(row["failures"]),
+        round=int(row["round"]),
+        error=row["error"],
+        created_at=ts(row["created_at"]) or datetime.now(UTC),
+        updated_at=ts(row["updated_at"]) or datetime.now(UTC),
+        finished_at=ts(row["finished_at"]),
+        cancelled_at=ts(row["cancelled_at"]),
+        fingerprint=row["fingerprint"],
+    )
+
+
+def workflow_node_from_row(row: Mapping[str, Any], ts: Ts) -> WorkflowNode:
+    step = loads(row["step"])
+    return WorkflowNode(
+        workflow_id=int(row["workflow_id"]),
+        node=int(row["node"]),
+        item=int(row["item"]),
+        name=row["name"],
+        kind=row["kind"],
+        task=step.get("task") if isinstance(step, dict) else None,
+        parents=[int(p) for p in loads(row["parents"])],
+        children=[int(c) for c in loads(row["children"])],
+        over_node=row["over_node"],
+        on_parent_failure=row["on_parent_failure"],
+        state=NodeState(row["state"]),
+        job_id=row["job_id"],
+        items=row["items"],
+        result_json=row["result"],
+        error=row["error"],
+        round=int(row["round"]),
+        updated_at=ts(row["updated_at"]) or datetime.now(UTC),
+        finished_at=ts(row["finished_at"]),
     )
