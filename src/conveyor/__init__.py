@@ -6,6 +6,7 @@ from typing import cast
 from .app import Conveyor
 from .batch import Batch
 from .cron import Periodic
+from .durable import EventTimeout, JobContext, StepError, StepRefused
 from .errors import (
     BadArguments,
     ConfigError,
@@ -24,7 +25,7 @@ from .errors import (
 from .flow import Chain, ChainFailed, NextStage, Snooze
 from .hooks import Fail, Middleware, Retry
 from .job import Attempt, Job
-from .records import BatchState, BulkResult, JobFilter, JobRecord, JobState, Outcome
+from .records import BatchState, BulkResult, Emitted, JobFilter, JobRecord, JobState, Outcome
 from .retry import Backoff
 from .runtime.context import cancel_requested, current_job
 from .task import Step, Task
@@ -43,8 +44,11 @@ __all__ = [
     "Conveyor",
     "ConveyorError",
     "DatabaseUnavailable",
+    "Emitted",
+    "EventTimeout",
     "Fail",
     "Job",
+    "JobContext",
     "JobFailed",
     "JobFilter",
     "JobNotFound",
@@ -62,6 +66,8 @@ __all__ = [
     "SerializationError",
     "Snooze",
     "Step",
+    "StepError",
+    "StepRefused",
     "Task",
     "UnknownTask",
     "cancel_requested",

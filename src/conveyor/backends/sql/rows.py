@@ -21,6 +21,7 @@ from ...records import (
     JobRecord,
     JobState,
     QueueInfo,
+    StepRecord,
     TaskSettings,
     TokenScope,
     WorkerInfo,
@@ -335,4 +336,17 @@ def task_settings_from_row(row: dict[str, Any], ts: Ts) -> TaskSettings:
         retry_interval_s=row["retry_interval_s"],
         retry_cap_s=row["retry_cap_s"],
         updated_at=ts(row["updated_at"]),
+    )
+
+
+def step_from_row(row: dict[str, Any]) -> StepRecord:
+    due = row.get("due_in_s")
+    return StepRecord(
+        name=row["name"],
+        kind=row["kind"],
+        result_json=row["result"],
+        done=bool(row["done"]),
+        timed_out=bool(row["timed_out"]),
+        event_key=row["event_key"],
+        due_in_s=None if due is None else float(due),
     )

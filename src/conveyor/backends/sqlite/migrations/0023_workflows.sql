@@ -1,0 +1,3 @@
+-- Placeholder for schema v23 (the workflow tables, on branch wf): that branch
+-- brings the real 0023_workflows.sql; take its file, and its line in
+-- tests/backend/test_released_migrations.py, in place of this one.
