@@ -37,8 +37,8 @@ class Cluster:
     def conveyor(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "conveyor.cli.main", *args]
 
-    def worker(self) -> subprocess.Popen:
-        cmd = self.conveyor("worker", "--app", APP, "--dead-after", "2")
+    def worker(self, *options: str) -> subprocess.Popen:
+        cmd = self.conveyor("worker", "--app", APP, "--dead-after", "2", *options)
         with open(self.tmp / f"worker-{len(self.procs)}.log", "w") as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=log)
         self.procs.append(proc)
@@ -121,3 +121,18 @@ def test_a_waiter_is_woken_by_an_event_from_another_process(cluster, producer):
     assert [k for k, _ in cluster.effects_of(job.id)] == ["awaiter-one", "awaiter-two"]
     again = subprocess.run(emit, cwd=ROOT, env=cluster.env, capture_output=True, text=True)
     assert json.loads(again.stdout) == {"key": "paid:7", "created": False, "woken": 0}
+
+
+def test_durable_steps_in_handler_processes(cluster, producer):
+    """``--processes``: the handler runs in a child process, which stores its steps
+    through its own connection; its sleep and wait end the parent's attempt."""
+    sleeper = producer.tasks["sleeper"].send(0.5)
+    waiter = producer.tasks["awaiter"].send("paid:proc")
+    cluster.worker("--processes", "1")
+    wait_for(lambda: producer.get_job(waiter.id).state == "scheduled", timeout=60, what="the wait")
+    assert producer.emit_event("paid:proc", [1, 2]).woken == 1
+    wait_for(finished(producer, sleeper.id, waiter.id), timeout=60, what="both finished")
+    assert producer.get_job(sleeper.id).result == ["sleeper-one", "sleeper-two"]
+    assert producer.get_job(waiter.id).result == [1, 2]
+    assert [k for k, _ in cluster.effects_of(sleeper.id)] == ["sleeper-one", "sleeper-two"]
+    assert [k for k, _ in cluster.effects_of(waiter.id)] == ["awaiter-one", "awaiter-two"]
