@@ -139,6 +139,9 @@ MYSQL_OVERRIDES = {
     "queue_oldest_waiting": "a derived table cannot see the outer query in MySQL",
     "job_find_by_keys": "a locking read: the latest rows, even in a REPEATABLE READ snapshot",
     "job_chain_due": "by a generated column and its index (no partial index)",
+    "step_insert": "INSERT IGNORE",
+    "event_insert": "INSERT IGNORE",
+    "event_prune": "DELETE ... LIMIT (no LIMIT in an IN subquery)",
 }
 # EACH_OWN queries MySQL does not need: its backend does them with the above.
 MYSQL_NOT_NEEDED = {
