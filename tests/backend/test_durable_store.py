@@ -173,3 +173,15 @@ def test_old_events_are_pruned(backend):
     assert backend.event_prune(older_than_s=30 * 86400, now=t0) == 1
     assert backend.event_emit(key="new", payload_json="3").created is False
     assert backend.event_emit(key="old", payload_json="4").created is True
+
+
+def test_a_name_stored_for_another_kind_or_key_comes_back_unchanged(backend):
+    job = _running(backend)
+    token = job.lease_token
+    backend.step_save(job_id=job.id, token=token, name="s", kind="step", result_json="1")
+    clash = backend.step_wait(job_id=job.id, token=token, name="s", key="k", timeout_s=5)
+    assert (clash.kind, clash.result_json) == ("step", "1")
+    backend.step_wait(job_id=job.id, token=token, name="w", key="a", timeout_s=60)
+    backend.event_emit(key="b", payload_json='"b"')
+    other = backend.step_wait(job_id=job.id, token=token, name="w", key="b", timeout_s=60)
+    assert (other.event_key, other.done, other.result_json) == ("a", False, None)

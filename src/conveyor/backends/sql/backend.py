@@ -1023,8 +1023,10 @@ class SqlBackend(Backend):
             if not self._q(cur, "job_lease_held", {"id": job_id, "token": token}):
                 return None
             rows = self._q(cur, "step_get", at)
-            if rows and (rows[0]["kind"] != "wait" or rows[0]["done"]):
-                return step_from_row(rows[0])  # a stored outcome (or a name clash)
+            if rows and (
+                rows[0]["kind"] != "wait" or rows[0]["done"] or rows[0]["event_key"] != key
+            ):
+                return step_from_row(rows[0])  # a stored outcome, or a name clash: as it is
             if not rows:
                 row = {"kind": "wait", "result": None, "done": False, "event_key": key}
                 self._qc(cur, "step_insert", {**at, **row, "wake_in_s": timeout_s})
