@@ -6,6 +6,7 @@ from typing import cast
 from .app import Conveyor
 from .batch import Batch
 from .cron import Periodic
+from .durable import EventTimeout, JobContext, StepError, StepRefused
 from .errors import (
     BadArguments,
     ConfigError,
@@ -28,6 +29,7 @@ from .records import (
     PARENT_FAILED,
     BatchState,
     BulkResult,
+    Emitted,
     JobFilter,
     JobRecord,
     JobState,
@@ -57,8 +59,11 @@ __all__ = [
     "Conveyor",
     "ConveyorError",
     "DatabaseUnavailable",
+    "Emitted",
+    "EventTimeout",
     "Fail",
     "Job",
+    "JobContext",
     "JobFailed",
     "JobFilter",
     "JobNotFound",
@@ -78,6 +83,8 @@ __all__ = [
     "SerializationError",
     "Snooze",
     "Step",
+    "StepError",
+    "StepRefused",
     "Task",
     "UnknownTask",
     "Workflow",

@@ -29,6 +29,7 @@ from .connections import call_with
 from .cron import Periodic
 from .database import Database, Replica
 from .diagnosis import Diagnosis
+from .durable import emit
 from .errors import ConfigError, JobNotFound
 from .events import Events
 from .flow import Chain, start_chain
@@ -45,6 +46,7 @@ from .records import (
     BulkResult,
     Change,
     ChangeCursor,
+    Emitted,
     Heartbeat,
     JobFilter,
     JobInsert,
@@ -966,6 +968,17 @@ class Conveyor:
         from .runtime.host import cluster_services
 
         return cluster_services(self, holder, worker_ttl_s=worker_ttl_s).services
+
+    # -- durable steps' events (durable.py) ------------------------------------------------
+    def emit_event(self, key: str, payload: Any = None) -> Emitted:
+        """Wake the jobs waiting in ``wait_for_event(key)``, now or later (the event
+        is kept: a wait after it returns at once). The first payload for a key wins:
+        a later emit changes nothing and returns ``created=False``."""
+        return emit(self.backend, key, payload)
+
+    async def aemit_event(self, key: str, payload: Any = None) -> Emitted:
+        """``emit_event`` without blocking the event loop."""
+        return await asyncio.to_thread(emit, self.backend, key, payload)
 
     # -- maintenance ---------------------------------------------------------------------
     def prune(

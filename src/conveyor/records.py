@@ -669,3 +669,31 @@ class TaskSettings:
     retry_interval_s: float | None = None
     retry_cap_s: float | None = None
     updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A durable step of a job as stored (``conveyor_job_steps``): ``kind`` is
+    ``step`` (``result_json`` its value), ``sleep`` (``due_in_s``: seconds until it
+    ends, negative once it has) or ``wait`` (``event_key``; ``due_in_s`` to its
+    deadline; ``done`` once it has the event's payload in ``result_json`` or
+    ``timed_out``)."""
+
+    name: str
+    kind: str
+    result_json: str | None = None
+    done: bool = False
+    timed_out: bool = False
+    event_key: str | None = None
+    due_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """What ``emit_event`` did: ``created`` False when the key had an event already
+    (the first payload wins: this emit changed nothing); ``woken``: waiting jobs
+    made available now."""
+
+    key: str
+    created: bool
+    woken: int = 0

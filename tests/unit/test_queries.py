@@ -140,6 +140,9 @@ MYSQL_OVERRIDES = {
     "job_find_by_keys": "a locking read: the latest rows, even in a REPEATABLE READ snapshot",
     "job_chain_due": "by a generated column and its index (no partial index)",
     "workflow_insert": "INSERT IGNORE, the id from lastrowid (as batch_insert)",
+    "step_insert": "INSERT IGNORE",
+    "event_insert": "INSERT IGNORE",
+    "event_prune": "DELETE ... LIMIT (no LIMIT in an IN subquery)",
 }
 # EACH_OWN queries MySQL does not need: its backend does them with the above.
 MYSQL_NOT_NEEDED = {

@@ -27,6 +27,7 @@ from ..records import (
     ChainLink,
     Change,
     ChangeCursor,
+    Emitted,
     Finalize,
     Heartbeat,
     Inserted,
@@ -37,6 +38,7 @@ from ..records import (
     QueueCount,
     QueueInfo,
     RescueResult,
+    StepRecord,
     TaskSettings,
     WorkerInfo,
     WorkflowNode,
@@ -659,6 +661,67 @@ class ServerStore(abc.ABC):
         if their worker still heartbeats (remote holders' max processing time)."""
 
 
+class DurableStore(abc.ABC):
+    """Durable steps inside one job (``current_job().step``, ``sleep``,
+    ``wait_for_event``) and the events they wait for. Writes of steps are fenced
+    by the lease token like outcomes: ``None`` when the attempt no longer holds
+    the job."""
+
+    @abc.abstractmethod
+    def step_list(self, *, job_id: int, now: datetime | None = None) -> list[StepRecord]:
+        """The job's stored steps, in the order they were first stored."""
+
+    @abc.abstractmethod
+    def step_save(
+        self,
+        *,
+        job_id: int,
+        token: str,
+        name: str,
+        kind: str,
+        result_json: str | None = None,
+        wake_in_s: float | None = None,
+        now: datetime | None = None,
+    ) -> StepRecord | None:
+        """Store a step (``kind`` step, with its result; or sleep, ending
+        ``wake_in_s`` from now) unless one of that name is stored already; return
+        the stored one either way (the first write wins)."""
+
+    @abc.abstractmethod
+    def step_wait(
+        self,
+        *,
+        job_id: int,
+        token: str,
+        name: str,
+        key: str,
+        timeout_s: float | None,
+        now: datetime | None = None,
+    ) -> StepRecord | None:
+        """The wait ``name`` for event ``key``: done with the event's payload if it
+        exists (taken once, kept with the step), timed out if its deadline (set on
+        the first call, ``timeout_s`` from then; ``None``: none) has passed, else
+        open, with the seconds left."""
+
+    @abc.abstractmethod
+    def event_emit(
+        self, *, key: str, payload_json: str | None, now: datetime | None = None
+    ) -> Emitted:
+        """Store the event (the first for its key wins), then make the jobs waiting
+        for it available."""
+
+    @abc.abstractmethod
+    def event_wake_waiters(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        """Make available the scheduled jobs whose open wait has its event (the
+        leader's pass: it closes the race of an emit with a waiter's outcome)."""
+
+    @abc.abstractmethod
+    def event_prune(
+        self, *, older_than_s: float, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        """Delete events older than ``older_than_s``, and the steps whose job is gone."""
+
+
 class Backend(
     SchemaStore,
     JobStore,
@@ -670,5 +733,6 @@ class Backend(
     CronStore,
     ChangeStore,
     ServerStore,
+    DurableStore,
 ):
     """Every interface: what ``open_backend`` returns."""

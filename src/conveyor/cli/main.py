@@ -14,6 +14,7 @@ from .batches import batches_group
 from .bench import bench
 from .core import CliError, ConveyorGroup, State, app_option, make_state, pass_state
 from .demo import demo
+from .events import events_group
 from .jobs import jobs_group
 from .periodic import periodic_group
 from .prune import prune
@@ -203,6 +204,7 @@ cli.add_command(dashboard)
 cli.add_command(tokens_group)
 cli.add_command(tasks_group)
 cli.add_command(bench)
+cli.add_command(events_group)
 
 
 def main() -> None:

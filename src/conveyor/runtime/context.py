@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
+from ..durable import JobContext
 from ..records import JobRecord
 
 _current: ContextVar[JobRecord | None] = ContextVar("conveyor_current_job", default=None)
@@ -30,11 +31,19 @@ class CancelFlag:
 _cancel: ContextVar[CancelFlag | None] = ContextVar("conveyor_cancel", default=None)
 
 
-def current_job() -> JobRecord:
-    """The job the calling handler is running (its id, attempt, stage, ...)."""
+def current_job() -> JobContext:
+    """The job the calling handler is running: its fields (id, attempts, stage,
+    context, ...), as the ``JobRecord`` it is, and its durable steps (``step``,
+    ``sleep``, ``wait_for_event``: see conveyor/durable.py)."""
     job = _current.get()
     if job is None:
         raise RuntimeError("current_job() is only available inside a running Conveyor handler")
+    if type(job) is not JobContext:
+        # Made on first ask, then kept for the rest of this run of the handler (the
+        # handler's own context: the executor resets it when the run ends), so the
+        # steps it read once are read once per run.
+        job = JobContext.of(job)
+        _current.set(job)
     return job
 
 

@@ -16,8 +16,9 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..durable import Suspend, _store
 from ..encoding import storable_json, storable_text
 from ..errors import JobTimeout, Permanent
 from ..flow import NextStage, Snooze
@@ -27,6 +28,9 @@ from ..retry import Backoff
 from ..task import Task
 from .context import CancelFlag, _cancel, _current
 from .pool import DaemonPool
+
+if TYPE_CHECKING:
+    from ..backends.interfaces import DurableStore
 
 #: stored errors and tracebacks are cut to these many characters
 ERROR_LIMIT = 16_000
@@ -77,14 +81,22 @@ class InProcess:
     pool of daemon threads. A sync job's timeout starts when a thread starts it;
     a job cancelled before then never runs."""
 
-    def __init__(self, size: int, on_late: Callable[[Task, JobRecord, Run], None]) -> None:
+    def __init__(
+        self,
+        size: int,
+        on_late: Callable[[Task, JobRecord, Run], None],
+        store: Callable[[], DurableStore] | None = None,
+    ) -> None:
         self.pool = DaemonPool(size)
         self._on_late = on_late
+        #: where handlers' durable steps are stored (the worker's database)
+        self._store = store
 
     async def invoke(self, task: Task, job: JobRecord, cancel: CancelFlag | None, run: Run) -> Any:
         """The handler's result; raises what it raised (``JobTimeout`` at its timeout)."""
         token = _current.set(job)
         cancel_token = _cancel.set(cancel)
+        store_token = _store.set(self._store)
         try:
             if task.is_async:
                 return await self._invoke_async(task, job, run)
@@ -93,6 +105,7 @@ class InProcess:
             run.ended = time.monotonic()
             _current.reset(token)
             _cancel.reset(cancel_token)
+            _store.reset(store_token)
 
     async def _invoke_async(self, task: Task, job: JobRecord, run: Run) -> Any:
         run.started = time.monotonic()
@@ -208,6 +221,8 @@ def classify(
 def _classify(
     task: Task | None, job: JobRecord, run: Run, middleware: Sequence[Middleware]
 ) -> Finalize:
+    if isinstance(run.exc, Suspend):  # a durable sleep or wait: not an error, no attempt used
+        return snoozed(job, run.exc.seconds)
     if run.exc is None:
         result = run.result
         if isinstance(result, NextStage):

@@ -18,6 +18,9 @@ from .stores import MaintenanceStore
 
 log = logging.getLogger("conveyor.maintenance")
 
+#: how long emitted events are kept (durable waits find events emitted before them)
+EVENT_RETENTION_S = 30 * 86400.0
+
 
 class Maintenance(ThreadService):
     name = "maintenance"
@@ -36,6 +39,7 @@ class Maintenance(ThreadService):
         prune_every_s: float = 60.0,
         tidy_every_s: float = 10.0,
         tidy_min_dead: int | None = 50_000,
+        event_retention_s: float = EVENT_RETENTION_S,
     ) -> None:
         super().__init__(interval)
         self.backend = backend
@@ -50,6 +54,8 @@ class Maintenance(ThreadService):
         #: seconds to keep finished jobs, per state (None: forever)
         self.retention = dict(retention or {})
         self.prune_every_s = prune_every_s
+        #: seconds to keep emitted events (a waiter that comes later still finds one)
+        self.event_retention_s = event_retention_s
         #: how often to look for tables to tidy, and the dead rows that call for it
         self.tidy_every_s = tidy_every_s
         self.tidy_min_dead = tidy_min_dead
@@ -63,6 +69,9 @@ class Maintenance(ThreadService):
         if not self.is_leader():
             return
         self.rescue(now)
+        # Durable waits: jobs whose event was emitted while they were still running
+        # (their own emit found them not yet scheduled; see SqlBackend.event_emit).
+        self.backend.event_wake_waiters(now=now)
         self.backend.job_schedule_due(now=now)
         self.backend.counts_fold()
         clock = time.monotonic()
@@ -135,6 +144,7 @@ class Maintenance(ThreadService):
         if now is None and time.monotonic() - self._last_prune < self.prune_every_s:
             return
         self._last_prune = time.monotonic()
+        self.prune_events(now)
         for state, keep_s in self.retention.items():
             if keep_s is None:
                 continue
@@ -146,6 +156,18 @@ class Maintenance(ThreadService):
                     break
             if total:
                 log.info("pruned %d %s job(s) older than %gs", total, state, keep_s)
+
+    def prune_events(self, now: datetime | None = None) -> int:
+        """Events older than their retention go (with steps whose job is gone)."""
+        total = 0
+        while True:
+            n = self.backend.event_prune(older_than_s=self.event_retention_s, limit=500, now=now)
+            total += n
+            if n < 500 or self.stopping:
+                break
+        if total:
+            log.info("pruned %d event(s) older than %gs", total, self.event_retention_s)
+        return total
 
 
 def _ids(ids: list[int]) -> str:

@@ -58,6 +58,13 @@ class MaintenanceStore(Protocol):
     # WorkerStore
     def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int: ...
 
+    # DurableStore
+    def event_wake_waiters(self, *, now: datetime | None = None) -> int: ...
+
+    def event_prune(
+        self, *, older_than_s: float, limit: int = 1000, now: datetime | None = None
+    ) -> int: ...
+
 
 class TickStore(Protocol):
     """The cron service (``CronService``)."""

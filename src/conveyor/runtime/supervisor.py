@@ -216,11 +216,13 @@ def child_main(app_spec: str, url: str, conn: Connection, path: list[str]) -> No
     sys.path[:] = path
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from ..durable import _store
     from ..loading import load_app
     from .context import _current
 
     app = load_app(app_spec)
     app.url = url
+    _store.set(lambda: app.backend)  # durable steps: this process's own connection
     loop = asyncio.new_event_loop()
     while True:
         try:

@@ -269,7 +269,9 @@ class Worker:
         }
         #: runs the handlers in this process; with processes=, replaced at start by a
         #: pool of child processes (app_spec is checked then)
-        self.executor: Executor = InProcess(self.config.concurrency, self._late_result)
+        self.executor: Executor = InProcess(
+            self.config.concurrency, self._late_result, store=lambda: self.app.backend
+        )
         self.completer = Completer(
             self._write_outcomes,
             self._outcome_written,

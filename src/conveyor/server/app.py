@@ -25,6 +25,7 @@ from .context import DEFAULT_MAX_BODY, ServerContext, is_loopback
 from .routes import (
     asyncflow,
     batches,
+    emits,
     events,
     health,
     jobs,
@@ -55,6 +56,7 @@ ROUTERS: list[tuple[str, APIRouter]] = [
     ("/v1", leases.router),
     ("/v1", tokens.router),
     ("/v1", events.router),
+    ("/v1", emits.router),
     ("", metrics.router),
     ("/api", asyncflow.router),
     ("", dashboard.router),

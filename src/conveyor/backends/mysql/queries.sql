@@ -531,3 +531,21 @@ SET SESSION lock_wait_timeout = :wait_s
 
 -- name: upkeep_wait_default
 SET SESSION lock_wait_timeout = DEFAULT
+
+-- Durable steps and events (schema v24): INSERT IGNORE for ON CONFLICT DO
+-- NOTHING (the only key that can conflict is the primary key), and a DELETE with
+-- its own LIMIT (no LIMIT in an IN subquery).
+
+-- name: step_insert
+INSERT IGNORE INTO conveyor_job_steps (job_id, name, kind, result, done, timed_out, wake_at,
+                                       event_key, created_at)
+VALUES (:job_id, :name, :kind, :result, :done, FALSE,
+        {NOW_PLUS(:wake_in_s)},
+        :event_key, {NOW})
+
+-- name: event_insert
+INSERT IGNORE INTO conveyor_events (event_key, payload, created_at) VALUES (:key, :payload, {NOW})
+
+-- name: event_prune
+DELETE FROM conveyor_events WHERE created_at < {NOW_MINUS(:older_than_s)}
+ORDER BY created_at LIMIT :limit

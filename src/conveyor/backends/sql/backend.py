@@ -28,6 +28,7 @@ from ...records import (
     ChainLink,
     Change,
     ChangeCursor,
+    Emitted,
     Finalize,
     Inserted,
     JobFilter,
@@ -37,6 +38,7 @@ from ...records import (
     Lease,
     QueueCount,
     QueueInfo,
+    StepRecord,
     TaskSettings,
     WorkerInfo,
     WorkflowNode,
@@ -55,6 +57,7 @@ from .rows import (
     job_from_row,
     job_reader,
     queue_from_row,
+    step_from_row,
     task_settings_from_row,
     token_from_row,
     worker_from_row,
@@ -372,6 +375,7 @@ class SqlBackend(Backend):
             if ids:
                 params = {"ids": self._list(ids)}
                 self._qc(cur, "attempt_delete_ids", params)
+                self._qc(cur, "step_delete_ids", params)
                 self._qc(cur, "job_delete_ids", params)
         return ids
 
@@ -447,6 +451,7 @@ class SqlBackend(Backend):
             ids = [int(r["id"]) for r in self._q(cur, "job_prune_ids", params)]
             if ids:
                 self._qc(cur, "attempt_delete_ids", {"ids": self._list(ids)})
+                self._qc(cur, "step_delete_ids", {"ids": self._list(ids)})
                 self._qc(cur, "job_delete_ids", {"ids": self._list(ids)})
         return len(ids)
 
@@ -1040,6 +1045,113 @@ class SqlBackend(Backend):
             "now": self._now(now),
         }
         return self._count("job_set_deadline", params)
+
+    # -- durable steps and events (schema v24) ---------------------------------------------
+    def step_list(self, *, job_id: int, now: datetime | None = None) -> list[StepRecord]:
+        rows = self._rows("step_list", {"job_id": job_id, "now": self._now(now)})
+        return [step_from_row(r) for r in rows]
+
+    @retried
+    def step_save(
+        self,
+        *,
+        job_id: int,
+        token: str,
+        name: str,
+        kind: str,
+        result_json: str | None = None,
+        wake_in_s: float | None = None,
+        now: datetime | None = None,
+    ) -> StepRecord | None:
+        key = {"job_id": job_id, "name": name, "now": self._now(now)}
+        with self._tx() as cur:
+            if not self._q(cur, "job_lease_held", {"id": job_id, "token": token}):
+                return None
+            row = {"kind": kind, "result": result_json, "done": kind == "step"}
+            extra = {"wake_in_s": wake_in_s, "event_key": None}
+            self._qc(cur, "step_insert", {**key, **row, **extra})
+            return step_from_row(self._q(cur, "step_get", key)[0])
+
+    @retried
+    def step_wait(
+        self,
+        *,
+        job_id: int,
+        token: str,
+        name: str,
+        key: str,
+        timeout_s: float | None,
+        now: datetime | None = None,
+    ) -> StepRecord | None:
+        at = {"job_id": job_id, "name": name, "now": self._now(now)}
+        with self._tx() as cur:
+            if not self._q(cur, "job_lease_held", {"id": job_id, "token": token}):
+                return None
+            rows = self._q(cur, "step_get", at)
+            if rows and (
+                rows[0]["kind"] != "wait" or rows[0]["done"] or rows[0]["event_key"] != key
+            ):
+                return step_from_row(rows[0])  # a stored outcome, or a name clash: as it is
+            if not rows:
+                row = {"kind": "wait", "result": None, "done": False, "event_key": key}
+                self._qc(cur, "step_insert", {**at, **row, "wake_in_s": timeout_s})
+            event = self._q(cur, "event_get", {"key": key})
+            if event:  # the first payload, kept with the step from now on
+                done = {"result": event[0]["payload"], "timed_out": False}
+                self._qc(cur, "step_resolve_wait", {**at, **done})
+            else:
+                step = step_from_row(self._q(cur, "step_get", at)[0])
+                if step.due_in_s is not None and step.due_in_s <= 0:
+                    self._qc(cur, "step_resolve_wait", {**at, "result": None, "timed_out": True})
+            return step_from_row(self._q(cur, "step_get", at)[0])
+
+    def event_emit(
+        self, *, key: str, payload_json: str | None, now: datetime | None = None
+    ) -> Emitted:
+        # Two transactions, in this order, never one: the event commits before the
+        # waiters are looked for. A waiter ends its attempt in three moves: it
+        # looks for the event (none), writes its outcome (scheduled at its
+        # deadline), and the leader's pass (event_wake_waiters, every second) looks
+        # again. If the event committed before that pass read, the pass wakes the
+        # job; if not, the event committed after the outcome did, so the wake
+        # below, which starts after the event committed, sees the job scheduled
+        # and wakes it. Either way the waiter is not left asleep until its
+        # deadline. (In one transaction, the wake could read before the outcome
+        # committed and the pass before the event did.)
+        created = self._insert_event(key, payload_json, now) > 0
+        return Emitted(key=key, created=created, woken=self._wake_waiters(key, 1000, now))
+
+    @retried
+    def _insert_event(self, key: str, payload_json: str | None, now: datetime | None) -> int:
+        with self._tx() as cur:
+            params = {"key": key, "payload": payload_json, "now": self._now(now)}
+            return self._qc(cur, "event_insert", params)
+
+    def event_wake_waiters(self, *, limit: int = 1000, now: datetime | None = None) -> int:
+        return self._wake_waiters(None, limit, now)
+
+    @retried
+    def _wake_waiters(self, key: str | None, limit: int, now: datetime | None) -> int:
+        with self._tx() as cur:
+            rows = self._q(cur, "job_waiters_due", {"key": key, "limit": limit})
+            if not rows:
+                return 0
+            ids = self._list([int(r["id"]) for r in rows])
+            woken = self._qc(cur, "job_wake_ids", {"ids": ids, "now": self._now(now)})
+            self._wake(cur, sorted({r["queue"] for r in rows}))
+        return woken
+
+    @retried
+    def event_prune(
+        self, *, older_than_s: float, limit: int = 1000, now: datetime | None = None
+    ) -> int:
+        params = {"older_than_s": float(older_than_s), "limit": limit, "now": self._now(now)}
+        with self._tx() as cur:
+            gone = self._qc(cur, "event_prune", params)
+            orphans = [int(r["job_id"]) for r in self._q(cur, "step_orphans", {"limit": limit})]
+            if orphans:
+                self._qc(cur, "step_delete_ids", {"ids": self._list(orphans)})
+        return gone
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -586,3 +586,79 @@ UPDATE conveyor_jobs
 SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled with its workflow',
     changed = {CHANGE}
 WHERE id {IN(:ids, bigint)} AND state IN ('scheduled', 'available')
+-- Durable steps inside one job, and the events they wait for (schema v24).
+
+-- name: job_lease_held
+-- Fencing of a step's write, as of an outcome's: only the attempt that holds
+-- the job (its lease token, still running) writes; the row stays locked until
+-- the write commits, so a rescue or a cancel waits for it, and a write after
+-- them finds the lease gone.
+SELECT id FROM conveyor_jobs WHERE id = :id AND lease_token = :token AND state = 'running'
+{FOR_UPDATE}
+
+-- name: step_list
+SELECT name, kind, result, done, timed_out, event_key,
+       CASE WHEN wake_at IS NULL THEN NULL ELSE -{SECONDS_SINCE(wake_at)} END AS due_in_s
+FROM conveyor_job_steps WHERE job_id = :job_id ORDER BY created_at, name
+
+-- name: step_get
+SELECT name, kind, result, done, timed_out, event_key,
+       CASE WHEN wake_at IS NULL THEN NULL ELSE -{SECONDS_SINCE(wake_at)} END AS due_in_s
+FROM conveyor_job_steps WHERE job_id = :job_id AND name = :name
+
+-- name: step_resolve_wait
+-- The wait's outcome, once known: the event's payload, or its deadline passed.
+UPDATE conveyor_job_steps SET done = TRUE, result = :result, timed_out = :timed_out
+WHERE job_id = :job_id AND name = :name AND NOT done
+
+-- name: step_delete_ids
+DELETE FROM conveyor_job_steps WHERE job_id {IN(:ids, bigint)}
+
+-- name: step_orphans
+-- Steps whose job is gone without a row delete of ours (a dropped day partition
+-- of finished jobs, PostgreSQL and MariaDB): the maintenance sweep removes them.
+SELECT DISTINCT s.job_id FROM conveyor_job_steps s
+WHERE NOT EXISTS (SELECT 1 FROM conveyor_jobs j WHERE j.id = s.job_id)
+LIMIT :limit
+
+-- name: event_get
+SELECT event_key, payload FROM conveyor_events WHERE event_key = :key
+
+-- name: job_waiters_due
+-- Scheduled jobs with an open wait whose event exists (:key NULL: any key): the
+-- ones an emit, or the leader's pass after it, makes available now.
+SELECT j.id, j.queue FROM conveyor_jobs j
+WHERE j.state = 'scheduled'
+  AND j.id IN (SELECT s.job_id FROM conveyor_job_steps s
+               JOIN conveyor_events e ON e.event_key = s.event_key
+               WHERE s.kind = 'wait' AND NOT s.done
+                 AND s.event_key = coalesce(:key, s.event_key))
+ORDER BY j.id
+LIMIT :limit
+{FOR_UPDATE}
+
+-- name: job_wake_ids
+UPDATE conveyor_jobs SET state = 'available', scheduled_at = {NOW}, changed = {CHANGE}
+WHERE id {IN(:ids, bigint)} AND state = 'scheduled'
+
+-- name: event_prune
+-- Events older than the retention, a bounded batch at a time.
+DELETE FROM conveyor_events WHERE event_key IN (
+    SELECT event_key FROM conveyor_events WHERE created_at < {NOW_MINUS(:older_than_s)}
+    ORDER BY created_at LIMIT :limit)
+
+-- name: step_insert
+-- The first write of a step's name wins: a second one (the same name run twice in
+-- one attempt, or a later attempt's) changes nothing, and the writer reads the
+-- stored row back. wake_at is NULL when :wake_in_s is (NULL seconds from now).
+INSERT INTO conveyor_job_steps (job_id, name, kind, result, done, timed_out, wake_at,
+                                event_key, created_at)
+VALUES (:job_id, :name, :kind, :result, :done, FALSE,
+        {NOW_PLUS(:wake_in_s)},
+        :event_key, {NOW})
+ON CONFLICT (job_id, name) DO NOTHING
+
+-- name: event_insert
+-- The first payload for a key wins; a later emit changes nothing (rowcount 0).
+INSERT INTO conveyor_events (event_key, payload, created_at) VALUES (:key, :payload, {NOW})
+ON CONFLICT (event_key) DO NOTHING

@@ -22,6 +22,7 @@ from ...records import (
     JobState,
     NodeState,
     QueueInfo,
+    StepRecord,
     TaskSettings,
     TokenScope,
     WorkerInfo,
@@ -382,4 +383,17 @@ def workflow_node_from_row(row: Mapping[str, Any], ts: Ts) -> WorkflowNode:
         round=int(row["round"]),
         updated_at=ts(row["updated_at"]) or datetime.now(UTC),
         finished_at=ts(row["finished_at"]),
+    )
+
+
+def step_from_row(row: dict[str, Any]) -> StepRecord:
+    due = row.get("due_in_s")
+    return StepRecord(
+        name=row["name"],
+        kind=row["kind"],
+        result_json=row["result"],
+        done=bool(row["done"]),
+        timed_out=bool(row["timed_out"]),
+        event_key=row["event_key"],
+        due_in_s=None if due is None else float(due),
     )
