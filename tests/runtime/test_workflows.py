@@ -267,3 +267,26 @@ def test_declaration_errors_name_the_problem(app):
         app.workflow("empty").start()
     with pytest.raises(ConfigError, match="state"):
         app.list_workflows(state="nope")
+
+
+def test_old_workflows_go_with_their_retention_and_a_node_job_takes_no_chain_step(app):
+    from datetime import UTC, datetime, timedelta
+
+    from conveyor.runtime.maintenance import Maintenance
+
+    @app.task
+    def one(x=None):
+        return 1
+
+    wf = app.workflow("old")
+    a = wf.add(one.s())
+    run = wf.start()
+    with pytest.raises(ConfigError, match="node of a workflow"):
+        app.get_job(run.node(a).job_id).then(one.s())
+    with Running(app, flow_poll_s=0.2):
+        assert run.wait(timeout=30) == "succeeded"
+    keep = Maintenance(app.backend, retention={"succeeded": 3600.0})
+    assert keep.prune_workflows() == 0  # ended just now: kept
+    later = datetime.now(UTC) + timedelta(hours=2)
+    assert keep.prune_workflows(now=later) == 1
+    assert app.list_workflows() == [] and app.workflow_nodes(run.id) == []

@@ -531,6 +531,13 @@ class WorkflowStore(abc.ABC):
         and skipped nodes (a map: only its items that did not succeed) run anew,
         what succeeded is kept. The number of nodes reset; 0 if it succeeded."""
 
+    @abc.abstractmethod
+    def workflow_prune(
+        self, *, state: str, older_than_s: float, limit: int = 500, now: datetime | None = None
+    ) -> int:
+        """Delete up to ``limit`` workflows (and their nodes) that ended in ``state``
+        more than ``older_than_s`` ago; how many went."""
+
 
 class CronStore(abc.ABC):
     """What periodic schedules need remembered across workers."""

@@ -156,6 +156,24 @@ class Maintenance(ThreadService):
                     break
             if total:
                 log.info("pruned %d %s job(s) older than %gs", total, state, keep_s)
+        self.prune_workflows(now)
+
+    def prune_workflows(self, now: datetime | None = None) -> int:
+        """Workflows ended longer ago than their state's job retention go, with
+        their nodes (succeeded: the succeeded jobs' retention, and so on)."""
+        total = 0
+        for state, keep_s in self.retention.items():
+            if keep_s is None or state not in ("succeeded", "failed", "cancelled"):
+                continue
+            while True:
+                prune = self.backend.workflow_prune
+                n = prune(state=state, older_than_s=keep_s, limit=500, now=now)
+                total += n
+                if n < 500 or self.stopping:
+                    break
+        if total:
+            log.info("pruned %d workflow(s)", total)
+        return total
 
     def prune_events(self, now: datetime | None = None) -> int:
         """Events older than their retention go (with steps whose job is gone)."""

@@ -58,6 +58,11 @@ class MaintenanceStore(Protocol):
     # WorkerStore
     def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int: ...
 
+    # WorkflowStore
+    def workflow_prune(
+        self, *, state: str, older_than_s: float, limit: int = 500, now: datetime | None = None
+    ) -> int: ...
+
     # DurableStore
     def event_wake_waiters(self, *, now: datetime | None = None) -> int: ...
 

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ...connections import dbapi_connection
+from ...errors import ConfigError
 from ...records import (
     ActionRecord,
     ApiToken,
@@ -731,6 +732,10 @@ class SqlBackend(Backend):
             rows = self._q(cur, "job_chain_get", {"id": job_id})
             if not rows:
                 return False
+            if rows[0]["chain"] is not None and json.loads(rows[0]["chain"]) == []:
+                raise ConfigError(
+                    f"job {job_id} is a node of a workflow: add the step to its workflow instead"
+                )
             chain = (json.loads(rows[0]["chain"]) if rows[0]["chain"] else []) + json.loads(
                 steps_json
             )
@@ -836,6 +841,19 @@ class SqlBackend(Backend):
     @retried
     def workflow_retry(self, *, workflow_id: int, now: datetime | None = None) -> int:
         return workflows.retry(self, workflow_id=workflow_id, now=now)
+
+    @retried
+    def workflow_prune(
+        self, *, state: str, older_than_s: float, limit: int = 500, now: datetime | None = None
+    ) -> int:
+        params = {"state": state, "older_than_s": float(older_than_s), "limit": limit}
+        with self._tx() as cur:
+            rows = self._q(cur, "workflow_prune_ids", {**params, "now": self._now(now)})
+            ids = self._list([int(r["id"]) for r in rows])
+            if rows:
+                self._qc(cur, "workflow_nodes_delete_ids", {"ids": ids})
+                self._qc(cur, "workflow_delete_ids", {"ids": ids})
+        return len(rows)
 
     # -- cron ------------------------------------------------------------------------------
     @retried

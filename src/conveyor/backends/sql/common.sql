@@ -581,6 +581,20 @@ UPDATE conveyor_jobs SET chain_next = 0 WHERE id {IN(:ids, bigint)} AND chain_ne
 SELECT job_id FROM conveyor_workflow_nodes
 WHERE workflow_id = :id AND state = 'running' AND job_id IS NOT NULL
 
+-- name: workflow_prune_ids
+-- Workflows that ended in this state longer ago than its retention (their jobs
+-- go by the jobs' own retention: a node's result is kept in its row).
+SELECT id FROM conveyor_workflows
+WHERE state = :state AND finished_at < {NOW_MINUS(:older_than_s)}
+ORDER BY id
+LIMIT :limit
+
+-- name: workflow_nodes_delete_ids
+DELETE FROM conveyor_workflow_nodes WHERE workflow_id {IN(:ids, bigint)}
+
+-- name: workflow_delete_ids
+DELETE FROM conveyor_workflows WHERE id {IN(:ids, bigint)}
+
 -- name: workflow_cancel_jobs
 UPDATE conveyor_jobs
 SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled with its workflow',
