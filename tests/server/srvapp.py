@@ -81,3 +81,21 @@ def hold(value: object, flag: str) -> object:
 @app.task
 def echo(value: object) -> object:
     return value
+
+
+@app.task
+def hold_over(x: int, limit: int, flag: str) -> int:
+    """Returns ``x`` at once up to ``limit``; past it, once the file ``flag`` exists."""
+    import os
+    import time
+
+    while x > limit and not os.path.exists(flag):
+        time.sleep(0.05)
+    return x
+
+
+@app.task(max_attempts=1)
+def picky(x: int) -> int:
+    if x == 3:
+        raise ValueError("3 is not allowed")
+    return x
