@@ -22,7 +22,7 @@ def worker(db_url: str) -> Iterator[None]:
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "conveyor.cli.main", "-d", db_url, "worker"),
-            *("--app", APP, "--log-level", "warning", "--concurrency", "2"),
+            *("--app", APP, "--log-level", "warning", "--concurrency", "4"),
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -51,7 +51,7 @@ def _states(page) -> dict[str, str]:
     out = {}
     for g in page.locator("svg#graph g.node").all():
         state = next(c for c in g.get_attribute("class").split() if c.startswith("state-"))
-        out[g.locator("text.name").inner_text()] = state.removeprefix("state-")
+        out[g.locator("text.name").text_content()] = state.removeprefix("state-")
     return out
 
 
@@ -78,8 +78,8 @@ def test_a_running_workflow_is_drawn_and_repainted_live(server, page, db_url, tm
             "name": "nightly-ingest",
             "nodes": [
                 {"name": "fetch", "task": "pages", "args": [8]},
-                {"name": "resize", "task": "hold_over", "args": [5, flag], "map_over": "fetch"},
                 {"name": "thumbs", "task": "echo", "after": ["fetch"]},
+                {"name": "resize", "task": "hold_over", "args": [5, flag], "map_over": "fetch"},
                 {"name": "index", "task": "total", "after": ["fetch"]},
                 {"name": "store", "task": "total", "after": ["resize", "thumbs", "index"]},
                 {"name": "notify", "task": "echo", "after": ["store"]},
@@ -107,7 +107,7 @@ def test_a_running_workflow_is_drawn_and_repainted_live(server, page, db_url, tm
             "store": "pending",
             "notify": "pending",
         }
-        resize = page.locator('svg#graph g[data-node="1"] text.status').inner_text()
+        resize = page.locator('svg#graph g[data-node="2"] text.status').text_content()
         assert resize == "running · 5/8 succeeded"
         assert page.locator("#workflow-state").inner_text() == "running"
         # the rest runs: the page repaints from the node events, then reloads at the end
@@ -118,7 +118,7 @@ def test_a_running_workflow_is_drawn_and_repainted_live(server, page, db_url, tm
         )
     page.wait_for_load_state()
     wait_for(lambda: set(_states(page).values()) == {"succeeded"}, what="every box green")
-    assert "8/8 succeeded" in page.locator("svg#graph").inner_text()
+    assert "8/8 succeeded" in page.locator("svg#graph").text_content()
     page.goto(f"{server.url}/workflows")
     assert page.locator(f'tr[data-workflow-row="{wid}"]').inner_text().count("succeeded") == 1
     assert page.errors == [] and page.outside == []
@@ -164,7 +164,7 @@ def test_a_failed_workflow_shows_what_failed_and_what_followed(
         "cleanup": "skipped",
         "email": "cancelled",
     }
-    status = page.locator('svg#graph g[data-node="1"] text.status').inner_text()
+    status = page.locator('svg#graph g[data-node="1"] text.status').text_content()
     assert status == "failed · 3/4 succeeded, 1 failed"
     assert "3 is not allowed" in page.locator("#workflow-error").inner_text()
     assert page.locator("button[data-workflow-action=retry]").is_enabled()

@@ -4,7 +4,9 @@ cancel and retry; and bad input gets a 422 naming the field."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -201,3 +203,31 @@ def test_bad_workflows_get_422_naming_the_field(sqlite_server):
         assert api.get("/v1/workflows", params={"state": "nope"}).status_code == 422
         assert "before_id" in api.get("/v1/workflows", params={"before_id": 0}).text
     assert "Traceback" not in server.log.read_text()
+
+
+def test_the_guide_s_request_starts_a_run(sqlite_server):
+    """docs/guides/workflows.md's curl example, its body and key as written."""
+    guide = (ROOT / "docs" / "guides" / "workflows.md").read_text()
+    block = guide.split("<!-- checked-by: tests/server/test_workflows_api.py -->")[1]
+    key = re.search(r"Idempotency-Key: ([\w-]+)", block)
+    body = re.search(r"-d '(\{.*?\})'", block, re.S)
+    assert key and body, "the guide's curl example moved"
+    server = sqlite_server()
+    with server.client() as api:
+        headers = {"Idempotency-Key": key[1], "Content-Type": "application/json"}
+        created = api.post("/v1/workflows", content=body[1], headers=headers)
+        assert created.status_code == 201, created.text
+        run = created.json()
+        assert [(n["name"], n["kind"], n["state"]) for n in run["nodes"]] == [
+            ("fetch", "task", "running"),
+            ("parse", "task", "pending"),
+            ("resize", "map", "pending"),
+            ("store", "task", "pending"),
+            ("report", "task", "pending"),
+        ]
+        again = api.post("/v1/workflows", content=body[1], headers=headers)
+        assert again.status_code == 200 and again.json()["id"] == run["id"]
+        typo = json.loads(body[1])
+        typo["nodes"][2]["map_over"] = "pars"
+        bad = api.post("/v1/workflows", json=typo)
+        assert bad.json()["detail"] == "nodes[2].map_over: no node 'pars' declared before this one"
