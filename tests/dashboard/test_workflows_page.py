@@ -41,9 +41,13 @@ def _start(server, body: dict) -> int:
         return int(r.json()["id"])
 
 
-def _node(server, wid: int, name: str) -> dict:
+def _run(server, wid: int) -> dict:
     with server.client() as c:
-        return next(n for n in c.get(f"/v1/workflows/{wid}").json()["nodes"] if n["name"] == name)
+        return c.get(f"/v1/workflows/{wid}").json()
+
+
+def _node(server, wid: int, name: str) -> dict:
+    return next(n for n in _run(server, wid)["nodes"] if n["name"] == name)
 
 
 def _states(page) -> dict[str, str]:
@@ -112,9 +116,9 @@ def test_a_running_workflow_is_drawn_and_repainted_live(server, page, db_url, tm
         assert page.locator("#workflow-state").inner_text() == "running"
         # the rest runs: the page repaints from the node events, then reloads at the end
         open(flag, "w").close()
-        page.wait_for_function(
-            "document.getElementById('workflow-state').textContent.trim() === 'succeeded'",
-            timeout=60_000,
+        wait_for(
+            lambda: page.locator("#workflow-state").text_content().strip() == "succeeded",
+            what="the page to say the run succeeded",
         )
     page.wait_for_load_state()
     wait_for(lambda: set(_states(page).values()) == {"succeeded"}, what="every box green")
@@ -149,7 +153,7 @@ def test_a_failed_workflow_shows_what_failed_and_what_followed(
     )
     with worker(db_url):
         wait_for(
-            lambda: server.client().get(f"/v1/workflows/{wid}").json()["state"] == "failed",
+            lambda: _run(server, wid)["state"] == "failed",
             what="the run to fail",
         )
     _shoot(page, f"{server.url}/workflows/{wid}", "workflow-failed", tmp_path)
@@ -167,13 +171,14 @@ def test_a_failed_workflow_shows_what_failed_and_what_followed(
     status = page.locator('svg#graph g[data-node="1"] text.status').text_content()
     assert status == "failed · 3/4 succeeded, 1 failed"
     assert "3 is not allowed" in page.locator("#workflow-error").inner_text()
+    assert page.locator('tr[data-node-row="1"] [data-field="items"]').inner_text() == "3/4"
     assert page.locator("button[data-workflow-action=retry]").is_enabled()
     assert page.locator("button[data-workflow-action=cancel]").is_disabled()
     # retry from the page: the failed map item and what it cancelled or skipped run again
     page.click("button[data-workflow-action=retry]")
     page.wait_for_load_state()
     wait_for(
-        lambda: server.client().get(f"/v1/workflows/{wid}").json()["state"] == "running",
+        lambda: _run(server, wid)["state"] == "running",
         what="the retry",
     )
     assert page.errors == [] and page.outside == []

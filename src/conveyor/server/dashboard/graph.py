@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-BOX_W, BOX_H = 196, 64
+BOX_W, BOX_H = 236, 64
 GAP_X, GAP_Y = 28, 56
 PAD = 14
 #: a graph with more nodes is not drawn (the page lists the nodes instead)
