@@ -52,6 +52,7 @@ from .records import (
     JobInsert,
     JobRecord,
     Lease,
+    NodeState,
     QueueCount,
     QueueInfo,
     TaskSettings,
@@ -762,6 +763,13 @@ class Conveyor:
     def workflow_items(self, workflow_id: int, node: int) -> list[WorkflowNode]:
         wid = check_id(workflow_id, "workflow")
         return self.backend.workflow_items(workflow_id=wid, node=int(node))
+
+    def workflow_item_counts(self, workflow_id: int, node: int) -> dict[str, int]:
+        """A map node's items per state (every node state, 0 for none)."""
+        counts = dict.fromkeys((s.value for s in NodeState), 0)
+        for item in self.workflow_items(workflow_id, node):
+            counts[item.state.value] += 1
+        return counts
 
     def cancel_workflow(self, workflow_id: int) -> bool:
         """Cancel the nodes not started and the running ones' jobs; ``False`` if the

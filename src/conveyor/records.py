@@ -603,8 +603,8 @@ EXPLICIT_ALL = EXPLICIT_MAX_ATTEMPTS | EXPLICIT_TIMEOUT | EXPLICIT_BACKOFF
 
 class TokenScope(StrEnum):
     """What an API token may do. ``read``: GET only; ``producer``: read, plus
-    create, cancel and retry jobs and batches; ``worker``: read, plus lease jobs and
-    report their outcomes, but not create, cancel or retry them (producer and worker
+    create, cancel and retry jobs, batches and workflows; ``worker``: read, plus
+    lease jobs and report their outcomes, but not create, cancel or retry them (producer and worker
     are separate: neither includes the other); ``admin``: everything (settings,
     tokens, queues, workers, deletes)."""
 

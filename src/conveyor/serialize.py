@@ -29,6 +29,8 @@ from .records import (
     QueueInfo,
     TaskSettings,
     WorkerInfo,
+    WorkflowNode,
+    WorkflowRecord,
 )
 
 #: fields never shown
@@ -100,6 +102,30 @@ def batch(record: BatchRecord, progress: dict[str, Any] | None = None) -> dict[s
     data["on_complete"] = (record.on_complete or {}).get("task")
     if progress is not None:
         data["progress"] = plain(progress)
+    return data
+
+
+def workflow(record: WorkflowRecord) -> dict[str, Any]:
+    """A workflow run. Its request fingerprint stays inside, as a batch's does."""
+    return {
+        f.name: plain(getattr(record, f.name)) for f in fields(record) if f.name != "fingerprint"
+    }
+
+
+def workflow_node(
+    node: WorkflowNode, item_counts: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """A node of a workflow (or, ``item`` >= 0, an item of a map node), with its
+    result decoded, as a job's is shown (``result_json`` stays inside). A map
+    node with items made also carries ``item_counts``: its items per state."""
+    data = {f.name: plain(getattr(node, f.name)) for f in fields(node) if f.name != "result_json"}
+    try:
+        data["result"] = node.result
+    except ValueError:  # stored by another version, unreadable here: say so, not a 500
+        data["result"] = None
+        data["unreadable"] = True
+    if item_counts is not None:
+        data["item_counts"] = dict(item_counts)
     return data
 
 

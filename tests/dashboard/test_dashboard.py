@@ -22,6 +22,7 @@ PAGES = [
     "/jobs",
     "/jobs?state=available&queue=default",
     "/batches",
+    "/workflows",
     "/workers",
     "/tasks",
     "/trigger",

@@ -25,6 +25,7 @@ from .tasks import tasks_group
 from .tokens import tokens_group
 from .worker import worker
 from .workers import workers_group
+from .workflows import workflows_group
 
 
 @click.group(cls=ConveyorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,6 +60,7 @@ def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     conveyor status                          jobs per queue and state, live workers
     conveyor jobs list --state failed        inspect, retry and cancel jobs
     conveyor batches show 7 --follow         watch a batch until it closes
+    conveyor workflows show 7                a workflow's nodes, their states and results
     conveyor queues pause emails             pause, resume and limit queues
     conveyor workers stop ID                 list workers, stop one remotely
     conveyor prune --dry-run                 apply retention to finished jobs now
@@ -194,6 +196,7 @@ cli.add_command(worker)
 cli.add_command(status)
 cli.add_command(jobs_group)
 cli.add_command(batches_group)
+cli.add_command(workflows_group)
 cli.add_command(queues_group)
 cli.add_command(workers_group)
 cli.add_command(prune)

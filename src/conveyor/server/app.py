@@ -35,6 +35,7 @@ from .routes import (
     tasks,
     tokens,
     workers,
+    workflows,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ ROUTERS: list[tuple[str, APIRouter]] = [
     ("", health.router),
     ("/v1", jobs.router),
     ("/v1", batches.router),
+    ("/v1", workflows.router),
     ("/v1", queues.router),
     ("/v1", workers.router),
     ("/v1", tasks.router),

@@ -18,7 +18,8 @@ from .dependencies import Ctx
 
 #: what each scope allows, said the same way in errors and the OpenAPI document
 _SCOPES = (
-    "read: GET only; producer: read, plus send, cancel and retry jobs and batches; "
+    "read: GET only; producer: read, plus send, cancel and retry jobs, batches and "
+    "workflows; "
     "worker: read, plus lease jobs and report their outcomes, but not send, cancel or "
     "retry them (producer and worker are separate: neither includes the other); "
     "admin: everything"

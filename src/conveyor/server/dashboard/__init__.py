@@ -22,6 +22,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from html import escape
 from importlib import resources
 from itertools import pairwise
 from typing import Any
@@ -34,12 +35,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from ... import serialize
 from ...encoding import storable_text
-from ...errors import ConveyorError, JobNotFound
+from ...errors import ConfigError, ConveyorError, JobNotFound
 from ...records import ApiToken, JobFilter, JobState, TokenScope
 from ..auth import COOKIE, authorize
 from ..context import ServerContext
 from ..dependencies import Ctx, Facade
 from ..models import FilterFields, JobId
+from ..routes.workflows import view as workflow_view
+from . import graph
 
 log = logging.getLogger("conveyor.dashboard")
 
@@ -435,6 +438,41 @@ async def batch(request: Request, batch_id: int, ctx: Ctx) -> Response:
     except JobNotFound:
         return HTMLResponse(f"<h1>404</h1><p>no batch with id {batch_id}</p>", 404)
     return render("batch.html", request, who, pretty=_pretty, **data)
+
+
+@router.get("/workflows", response_class=HTMLResponse)
+async def workflows(request: Request, ctx: Ctx, state: str | None = None) -> Response:
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    app = ctx.conveyor
+
+    def gather() -> list[dict[str, Any]]:
+        return [serialize.workflow(r) for r in app.list_workflows(state=state or None, limit=PAGE)]
+
+    try:
+        runs = await asyncio.to_thread(gather)
+    except ConfigError as exc:
+        return HTMLResponse(f"<h1>422</h1><p>{escape(str(exc))}</p>", 422)
+    return render("workflows.html", request, who, workflows=runs, state=state or "")
+
+
+@router.get("/workflows/{workflow_id}", response_class=HTMLResponse)
+async def workflow(request: Request, workflow_id: JobId, ctx: Ctx) -> Response:
+    """The run, its graph drawn (nodes in layers by depth, coloured by state) and
+    its nodes listed; ``app.js`` follows ``/v1/workflows/{id}/events`` to repaint."""
+    who = await viewer(ctx, request)
+    if not isinstance(who, Viewer):
+        return who
+    try:
+        run = await asyncio.to_thread(workflow_view, ctx.conveyor, workflow_id)
+    except JobNotFound:
+        return HTMLResponse(f"<h1>404</h1><p>no workflow with id {workflow_id}</p>", 404)
+    drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= graph.MOST_DRAWN else None
+    names = {n["node"]: n["name"] for n in run["nodes"]}
+    return render(
+        "workflow.html", request, who, run=run, drawn=drawn, names=names, pretty=_pretty, g=graph
+    )
 
 
 @router.get("/workers", response_class=HTMLResponse)

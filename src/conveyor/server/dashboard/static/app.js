@@ -64,6 +64,10 @@ document.addEventListener("click", async (ev) => {
     const id = b.dataset.batchId, what = b.dataset.batchAction;
     if (!confirm(`${what === "cancel" ? "Cancel batch" : "Retry the failed jobs of batch"} ${id}?`)) return;
     await act(`${what} batch ${id}`, "POST", `/v1/batches/${id}/${what}`);
+  } else if (b.dataset.workflowAction) {
+    const id = b.dataset.workflowId, what = b.dataset.workflowAction;
+    if (!confirm(`${what === "cancel" ? "Cancel workflow" : "Run the failed, cancelled and skipped nodes again of workflow"} ${id}?`)) return;
+    await act(`${what} workflow ${id}`, "POST", `/v1/workflows/${id}/${what}`);
   } else if (b.dataset.bulk) {
     const box = b.closest("[data-filter]");
     const filter = JSON.parse(box.dataset.filter);
@@ -206,10 +210,61 @@ function followBatchList() {
   });
 }
 
+// The workflow page: each node event repaints its box (class, status line, the
+// map's bar) and its row; the run's end reloads the page (results, errors).
+function statusText(n) {
+  const c = n.item_counts;
+  if (!c || n.items === null) return n.state;
+  return `${n.state} · ${c.succeeded}/${n.items} succeeded${c.failed ? `, ${c.failed} failed` : ""}`;
+}
+
+function paintNode(svg, n) {
+  const g = svg && svg.querySelector(`g[data-node="${n.node}"]`);
+  if (g) {
+    g.setAttribute("class", `node ${n.kind} state-${n.state}`);
+    g.querySelector("text.status").textContent = statusText(n);
+    const done = g.querySelector("rect.done"), bad = g.querySelector("rect.bad");
+    if (done && n.items) {
+      const full = Number(g.querySelector("rect.track").getAttribute("width"));
+      const ok = (full * n.item_counts.succeeded) / n.items;
+      done.setAttribute("width", ok.toFixed(1));
+      bad.setAttribute("x", (10 + ok).toFixed(1));
+      bad.setAttribute("width", ((full * n.item_counts.failed) / n.items).toFixed(1));
+    }
+  }
+  const row = document.querySelector(`tr[data-node-row="${n.node}"]`);
+  if (row) {
+    const badge = row.querySelector('[data-field="state"]');
+    badge.textContent = n.state;
+    badge.className = `badge ${n.state}`;
+    if (n.item_counts) row.querySelector('[data-field="items"]').textContent = `${n.item_counts.succeeded}/${n.items}`;
+  }
+}
+
+function followWorkflow() {
+  const svg = document.getElementById("graph");
+  const badge = document.getElementById("workflow-state");
+  if (!badge || badge.textContent.trim() !== "running") return;
+  const id = location.pathname.split("/").pop();
+  const src = new EventSource(`${ROOT}/v1/workflows/${id}/events`);
+  src.addEventListener("node", (e) => paintNode(svg, JSON.parse(e.data)));
+  src.addEventListener("workflow", (e) => {
+    const w = JSON.parse(e.data);
+    badge.textContent = w.state;
+    badge.className = `badge ${w.state}`;
+    if (svg) svg.dataset.state = w.state;
+    if (w.state !== "running") {
+      src.close();
+      setTimeout(() => location.reload(), 800);
+    }
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   // widths are set here, not in style attributes: the Content-Security-Policy allows no inline style
   document.querySelectorAll(".bar[data-percent] > div").forEach((d) => (d.style.width = `${d.parentElement.dataset.percent}%`));
   document.querySelectorAll(".bar[data-batch][data-live]").forEach(followBatch);
   followBatchList();
   followOverview();
+  followWorkflow();
 });
