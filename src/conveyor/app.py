@@ -21,10 +21,9 @@ from .checks import DEFAULT_RETENTION, check_id, check_retention, check_tuning, 
 from .cron import Periodic
 from .database import Database, Replica
 from .diagnosis import Diagnosis
-from .errors import ConfigError
 from .events import Events
 from .flow import Chain, start_chain
-from .hooks import Middleware
+from .hooks import Middleware, check_middleware
 from .job import Job
 from .outcomes import OutcomeResult, RemoteOutcome
 from .producing import Producer
@@ -290,11 +289,7 @@ class Conveyor:
 
     def add_middleware(self, middleware: Middleware) -> None:
         """Hook ``middleware`` into enqueue and execution (see ``conveyor.hooks``)."""
-        if not isinstance(middleware, Middleware):
-            raise ConfigError(
-                f"middleware must subclass conveyor.Middleware, got {type(middleware).__name__}"
-            )
-        self.middleware.append(middleware)
+        self.middleware.append(check_middleware(middleware))
 
     # -- producing -------------------------------------------------------------------
     def insert_jobs(
