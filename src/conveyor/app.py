@@ -7,25 +7,17 @@ of what it calls on the app, and its public methods hand over to them."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from .actions import Actions
 from .backends import waits
 from .backends.interfaces import Backend
 from .batch import Batch
-from .checks import (
-    DEFAULT_RETENTION,
-    check_id,
-    check_retention,
-    check_tuning,
-    make_filter,
-)
-from .connections import call_with
+from .checks import DEFAULT_RETENTION, check_id, check_retention, check_tuning, make_filter
 from .cron import Periodic
 from .database import Database, Replica
 from .diagnosis import Diagnosis
@@ -33,16 +25,16 @@ from .durable import emit
 from .errors import ConfigError, JobNotFound
 from .events import Events
 from .flow import Chain, start_chain
-from .hooks import Middleware
+from .hooks import Middleware, check_middleware
 from .job import Job
 from .outcomes import OutcomeResult, RemoteOutcome
 from .producing import Producer
 from .queues import QueueControl
+from .reading import Reads
 from .records import (
     ActionRecord,
     ApiToken,
     Attempt,
-    BatchState,
     BulkResult,
     Change,
     ChangeCursor,
@@ -65,13 +57,11 @@ from .records import (
 from .registry import Registry
 from .retry import Backoff
 from .serving import Serving
-from .task import P, Payloads, R, Step, Task, TaskDecorator, TaskDefaults, check_queue_name
+from .task import P, Payloads, R, Step, Task, TaskDecorator, check_queue_name
 from .workflow import Workflow, WorkflowRun
 
 if TYPE_CHECKING:
     from .runtime.service import Services
-
-log = logging.getLogger("conveyor")
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 
@@ -131,6 +121,7 @@ class Conveyor:
         self._producer = Producer(self, self._serving)
         self._registry = Registry(self)
         self._queues = QueueControl(self)
+        self._reads = Reads(self, self._serving.before_shown)
 
     def __repr__(self) -> str:
         return f"<Conveyor {self.url} tasks={sorted(self.tasks)}>"
@@ -246,49 +237,33 @@ class Conveyor:
     ) -> Task | TaskDecorator:
         """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
 
-        ``retry_on``: exceptions that are retried; any other exception, or
-        ``conveyor.Permanent``, fails the job at once. ``classify(exc, job)`` may
-        decide otherwise per exception: ``conveyor.Retry(delay=, max_attempts=)``,
-        ``conveyor.Fail()``, ``conveyor.Snooze(s)`` or ``None`` (the default rule).
-        ``concurrency_key`` + ``concurrency_limit``: at most that many jobs with the
-        same key run at once across the cluster. The key is the name of one of the
-        handler's parameters (the key is then ``"<name>=<value>"``, shared by every
-        task keyed on that name) or a callable taking the job's arguments.
-        ``rate_limit="100/m"``: a token bucket shared by every worker through the
-        database; ``rate_burst`` tokens at most (default: one second's worth, at
-        least 1); one bucket per task unless ``rate_key`` names a parameter or is
-        a callable. Jobs over the limit wait, without using attempts.
-        ``pinned_to``: worker ids or tags (``conveyor worker --tags gpu``); only a
-        worker with one of them runs these jobs (also a ``send()`` option).
-        ``tenant_key``: a parameter (or callable) whose value is stored as the job's
-        tenant, to filter jobs by user or customer.
-        ``sensitive``: names of parameters whose values every view hides (the API,
-        the dashboard, the CLI show ``***``); the handler still receives them.
+        ``retry_on``: exceptions that are retried; any other, or ``conveyor.Permanent``,
+        fails the job at once; ``classify(exc, job)`` may decide otherwise per exception.
+        ``concurrency_key`` + ``concurrency_limit``, ``rate_limit`` (``"100/m"``) with
+        ``rate_burst`` and ``rate_key``: limits shared by every worker. ``pinned_to``:
+        worker ids or tags that may run the jobs. ``tenant_key``: a parameter stored as
+        the job's tenant. ``sensitive``: parameters every view shows as ``***``. The
+        guides (Tasks, Flow control, Hooks) tell each option in full.
         """
-        defaults = TaskDefaults(
-            queue=queue or self.default_queue,
+        return self._registry.task(
+            fn,
+            name,
+            sensitive,
+            queue=queue,
             priority=priority,
             max_attempts=max_attempts,
             timeout=timeout,
-            backoff=Backoff.coerce(backoff) or Backoff(),
-            retry_on=tuple(retry_on),
+            backoff=backoff,
+            retry_on=retry_on,
             classify=classify,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
             rate_limit=rate_limit,
             rate_burst=rate_burst,
             rate_key=rate_key,
-            pinned_to=(pinned_to,)
-            if isinstance(pinned_to, str)
-            else (tuple(pinned_to) if pinned_to is not None else None),
+            pinned_to=pinned_to,
             tenant_key=tenant_key,
         )
-
-        def register(f: Callable[..., Any]) -> Task:
-            return self._registry.add(f, name, defaults, sensitive)
-
-        # register is the decorator TaskDecorator describes (typed by the handler)
-        return register(fn) if fn is not None else cast(TaskDecorator, register)
 
     def get_task(self, name: str) -> Task | None:
         return self.tasks.get(name)
@@ -317,28 +292,13 @@ class Conveyor:
         task; with an existing task, only the schedule.
         """
 
-        def register(f: Callable[..., Any] | Task) -> Task:
-            schedule = {
-                "cron": cron,
-                "timezone": timezone,
-                "args": args,  # checked, and made a tuple, by Periodic
-                "kwargs": kwargs if kwargs is not None else {},
-                "missed": missed,
-                "catch_up": catch_up,
-                "grace_s": grace_s,
-            }
-            make = lambda **options: self.task(**options)  # noqa: E731
-            return self._registry.schedule(f, name, schedule, task_options, make)
-
-        return register
+        schedule: dict[str, Any] = {"cron": cron, "timezone": timezone, "args": args}
+        schedule.update(kwargs=kwargs, missed=missed, catch_up=catch_up, grace_s=grace_s)
+        return self._registry.periodic(name, schedule, task_options, lambda **o: self.task(**o))
 
     def add_middleware(self, middleware: Middleware) -> None:
         """Hook ``middleware`` into enqueue and execution (see ``conveyor.hooks``)."""
-        if not isinstance(middleware, Middleware):
-            raise ConfigError(
-                f"middleware must subclass conveyor.Middleware, got {type(middleware).__name__}"
-            )
-        self.middleware.append(middleware)
+        self.middleware.append(check_middleware(middleware))
 
     # -- producing -------------------------------------------------------------------
     def insert_jobs(
@@ -372,9 +332,7 @@ class Conveyor:
         with no handler here is enqueued with default options; its arguments are
         checked against the handler only when it is registered. Options are those
         of ``send()``, plus ``tenant``."""
-        conn = options.pop("conn", None)
-        insert = self.task_for(task).build(args, kwargs or {}, **options)
-        return self.insert_jobs([insert], conn=conn, payloads=[(args, kwargs or {})])[0]
+        return self._producer.enqueue(task, args, kwargs, options)
 
     def enqueue_many(
         self,
@@ -393,20 +351,11 @@ class Conveyor:
         **options: Any,
     ) -> Job:
         """``enqueue`` off the event loop (``conn=`` as ``Task.asend`` takes it)."""
-        conn = options.pop("conn", None)
-
-        def enqueue(c: Any) -> Job:
-            return self.enqueue(task, args, kwargs, conn=c, **options)
-
-        return await call_with(conn, enqueue, warm=self.cached_task_settings)
+        return await self._producer.aenqueue(task, args, kwargs, options)
 
     # -- jobs --------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job:
-        record = self.backend.job_get(job_id=check_id(job_id, "job"))
-        if record is None:
-            raise JobNotFound(f"no job with id {job_id}")
-        self._serving.before_shown([record])
-        return Job.of(record, self)
+        return self._reads.get_job(job_id)
 
     async def aget_job(self, job_id: int) -> Job:
         return await asyncio.to_thread(self.get_job, job_id)
@@ -425,13 +374,7 @@ class Conveyor:
         ``before_id``: the last id of the previous page. Read from the replica
         when there is one (``read_url``), unless ``primary``: a read that must
         see what was just written."""
-        f = make_filter(filter, **fields)
-        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise ConfigError(f"limit must be an integer from 1 to 10000, got {limit!r}")
-        source = self.backend if primary else self.reads
-        records = source.job_list(filter=f, limit=limit, before_id=before_id)
-        self._serving.before_shown(records)
-        return [Job.of(r, self) for r in records]
+        return self._reads.list_jobs(filter, limit, before_id, primary, **fields)
 
     async def alist_jobs(
         self,
@@ -516,14 +459,7 @@ class Conveyor:
         Each job and batch is given as its latest change left it: a stream that
         falls behind (or resumes later) skips the states a job has since left."""
         return self._events.stream_events(
-            after,
-            filter,
-            batches=batches,
-            progress=progress,
-            until_batch_closed=until_batch_closed,
-            limit=limit,
-            debounce_s=debounce_s,
-            **fields,
+            after, filter, batches, progress, until_batch_closed, limit, debounce_s, **fields
         )
 
     def stream_event_pages(
@@ -540,14 +476,7 @@ class Conveyor:
     ) -> AsyncIterator[list[dict[str, Any]]]:
         """``stream_events`` a page at a time (``Events.stream_event_pages``)."""
         return self._events.stream_event_pages(
-            after,
-            filter,
-            batches=batches,
-            progress=progress,
-            until_batch_closed=until_batch_closed,
-            limit=limit,
-            debounce_s=debounce_s,
-            **fields,
+            after, filter, batches, progress, until_batch_closed, limit, debounce_s, **fields
         )
 
     # -- operator actions on jobs --------------------------------------------------------
@@ -623,22 +552,12 @@ class Conveyor:
 
     # -- batches and chains ----------------------------------------------------------------
     def get_batch(self, batch_id: int) -> Batch:
-        record = self.backend.batch_get(batch_id=check_id(batch_id, "batch"))
-        if record is None:
-            raise JobNotFound(f"no batch with id {batch_id}")
-        return Batch(record, True, self)
+        return self._reads.get_batch(batch_id)
 
     def list_batches(
         self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
     ) -> list[Batch]:
-        if state is not None:
-            try:
-                BatchState(state)
-            except ValueError:
-                names = ", ".join(s.value for s in BatchState)
-                raise ConfigError(f"unknown batch state {state!r}; states are: {names}") from None
-        records = self.reads.batch_list(state=state, limit=limit, before_id=before_id)
-        return [Batch(r, True, self) for r in records]
+        return self._reads.list_batches(state, limit, before_id)
 
     def create_batch(
         self,
@@ -654,13 +573,7 @@ class Conveyor:
         """The batch row and its jobs in one transaction (``Task.batch`` builds them,
         and the ``fingerprint`` of what it was asked for, kept with the key)."""
         return self._producer.create_batch(
-            name=name,
-            task=task,
-            idempotency_key=idempotency_key,
-            on_complete_json=on_complete_json,
-            jobs=jobs,
-            conn=conn,
-            fingerprint=fingerprint,
+            name, task, idempotency_key, on_complete_json, jobs, conn, fingerprint
         )
 
     def create_batch_stream(
@@ -683,19 +596,13 @@ class Conveyor:
 
     def batch_jobs(self, batch_id: int) -> list[Job]:
         """Every job of the batch, in item order."""
-        return [
-            Job.of(r, self) for r in self.backend.batch_jobs(batch_id=check_id(batch_id, "batch"))
-        ]
+        return self._reads.batch_jobs(batch_id)
 
     def batch_finished_jobs(
         self, batch_id: int, *, after: tuple[datetime, int] | None = None, limit: int = 500
     ) -> list[Job]:
         """Finished jobs of the batch by (finished_at, id), after the cursor ``after``."""
-        records = self.backend.batch_finished_jobs(
-            batch_id=check_id(batch_id, "batch"), after=after, limit=limit
-        )
-        self._serving.before_shown(records)
-        return [Job.of(r, self) for r in records]
+        return self._reads.batch_finished_jobs(batch_id, after, limit)
 
     def cancel_batch(self, batch_id: int) -> int:
         """Cancel the batch's jobs not started yet; it closes as cancelled."""
@@ -831,10 +738,7 @@ class Conveyor:
         return self.reads.worker_list()
 
     def get_worker(self, worker_id: str) -> WorkerInfo:
-        found = next((w for w in self.workers() if w.id == worker_id), None)
-        if found is None:
-            raise JobNotFound(f"no worker with id {worker_id!r}")
-        return found
+        return self._reads.get_worker(worker_id)
 
     def stop_worker(self, worker_id: str) -> bool:
         """Ask a worker to drain and exit; it learns at its next heartbeat."""
@@ -933,14 +837,7 @@ class Conveyor:
         lease token. The worker keeps them while it heartbeats; a job with a timeout
         (its own, or its task's ``max_processing_s``) must also end within it, and
         ``lease_s`` is the deadline of the others (clients that never heartbeat)."""
-        return self._serving.claim(
-            worker_id,
-            queues,
-            limit=limit,
-            tasks=tasks,
-            tags=tags,
-            lease_s=lease_s,
-        )
+        return self._serving.claim(worker_id, queues, limit, tasks, tags, lease_s)
 
     def extend_deadline(self, job_id: int, token: str, seconds: float) -> bool:
         """Move a held job's deadline to ``seconds`` from now; False if the lease is lost."""

@@ -93,6 +93,15 @@ class Middleware:
         """A worker wrote a batch of outcomes in ``duration_s``."""
 
 
+def check_middleware(middleware: object) -> Middleware:
+    """``Conveyor(middleware=)``, ``add_middleware``: a ``Middleware``."""
+    if not isinstance(middleware, Middleware):
+        raise ConfigError(
+            f"middleware must subclass conveyor.Middleware, got {type(middleware).__name__}"
+        )
+    return middleware
+
+
 def run_enqueue_hooks(middleware: Sequence[Middleware], jobs: list[JobInsert]) -> list[JobInsert]:
     for m in middleware:
         jobs = m.on_enqueue(jobs)

@@ -13,12 +13,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from .backends.interfaces import Backend
+from .connections import call_with
 from .errors import ConfigError
 from .hooks import Middleware, run_enqueue_hooks
 from .job import Job, JobApp
 from .records import Inserted, JobInsert, JobState
 from .serving import Serving
-from .task import Payloads
+from .task import Payloads, Task
 
 
 class ProducerHost(JobApp, Protocol):
@@ -31,6 +32,8 @@ class ProducerHost(JobApp, Protocol):
     @property
     def middleware(self) -> Sequence[Middleware]: ...
 
+    def task_for(self, name: str) -> Task: ...
+
 
 class Producer:
     """Writes the jobs and batches of one app."""
@@ -38,6 +41,33 @@ class Producer:
     def __init__(self, host: ProducerHost, serving: Serving) -> None:
         self._host = host
         self._serving = serving
+
+    def enqueue(
+        self,
+        task: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Job:
+        """One job of the task named ``task`` (``Conveyor.enqueue``)."""
+        conn = options.pop("conn", None)
+        insert = self._host.task_for(task).build(args, kwargs or {}, **options)
+        return self.insert_jobs([insert], conn=conn, payloads=[(args, kwargs or {})])[0]
+
+    async def aenqueue(
+        self,
+        task: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Job:
+        """``enqueue`` off the event loop, on the caller's ``conn`` if it gave one."""
+        conn = options.pop("conn", None)
+
+        def enqueue(c: Any) -> Job:
+            return self.enqueue(task, args, kwargs, {**options, "conn": c})
+
+        return await call_with(conn, enqueue, warm=self._serving.cached_task_settings)
 
     def insert_jobs(
         self,
@@ -124,7 +154,6 @@ class Producer:
 
     def create_batch(
         self,
-        *,
         name: str | None,
         task: str,
         idempotency_key: str | None,

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .checks import sensitive_parameters
 from .cron import Periodic
 from .errors import ConfigError
-from .task import Task, TaskApp, TaskDefaults
+from .retry import Backoff
+from .task import Task, TaskApp, TaskDecorator, TaskDefaults
 
 
 class RegistryHost(TaskApp, Protocol):
@@ -36,6 +37,54 @@ class Registry:
     def __init__(self, host: RegistryHost) -> None:
         self._host = host
         self._remote: dict[str, Task] = {}
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None,
+        name: str | None,
+        sensitive: Sequence[str],
+        *,
+        queue: str | None,
+        backoff: Backoff | dict[str, float] | None,
+        retry_on: Sequence[type[BaseException]],
+        pinned_to: Sequence[str] | str | None,
+        **options: Any,
+    ) -> Task | TaskDecorator:
+        """What ``@app.task`` returns: ``fn`` as a task, or (without ``fn``) the
+        decorator making one, with ``Conveyor.task``'s options as its defaults."""
+        defaults = TaskDefaults(
+            queue=queue or self._host.default_queue,
+            backoff=Backoff.coerce(backoff) or Backoff(),
+            retry_on=tuple(retry_on),
+            pinned_to=(pinned_to,)
+            if isinstance(pinned_to, str)
+            else (tuple(pinned_to) if pinned_to is not None else None),
+            **options,
+        )
+
+        def register(f: Callable[..., Any]) -> Task:
+            return self.add(f, name, defaults, sensitive)
+
+        # register is the decorator TaskDecorator describes (typed by the handler)
+        return register(fn) if fn is not None else cast(TaskDecorator, register)
+
+    def periodic(
+        self,
+        name: str | None,
+        schedule: dict[str, Any],
+        task_options: dict[str, Any],
+        make_task: Callable[..., Callable[[Callable[..., Any]], Task]],
+    ) -> Callable[[Callable[..., Any] | Task], Task]:
+        """What ``@app.periodic`` returns: the decorator scheduling a task (or a
+        function, made one by ``make_task`` with ``task_options``)."""
+        # args are checked, and made a tuple, by Periodic
+        kwargs = schedule["kwargs"]
+        schedule = {**schedule, "kwargs": kwargs if kwargs is not None else {}}
+
+        def register(f: Callable[..., Any] | Task) -> Task:
+            return self.schedule(f, name, schedule, task_options, make_task)
+
+        return register
 
     def add(
         self,

@@ -297,11 +297,10 @@ class Serving:
         self,
         worker_id: str,
         queues: Sequence[str],
-        *,
         limit: int,
-        tasks: Sequence[str] | None = None,
-        tags: Sequence[str] = (),
-        lease_s: float | None = None,
+        tasks: Sequence[str] | None,
+        tags: Sequence[str],
+        lease_s: float | None,
     ) -> list[JobRecord]:
         if not isinstance(limit, int) or not 1 <= limit <= MAX_LEASE:
             raise ConfigError(f"limit must be an integer from 1 to {MAX_LEASE}, got {limit!r}")
