@@ -252,6 +252,26 @@ def test_bulk_sends_in_one_callers_transaction_get_their_own_ids(app, send_email
     ]
 
 
+def test_a_workflow_starts_inside_the_callers_transaction(app, send_email):
+    def build(name):
+        wf = app.workflow(name)
+        first = wf.add(send_email.s("a@b.c"))
+        wf.map(send_email.s(), over=first)
+        return wf
+
+    conn = _connect(app)
+    try:
+        build("rolled-back").start(conn=conn)
+        conn.rollback()
+        kept = build("kept").start(conn=conn)
+        conn.commit()
+    finally:
+        conn.close()
+    assert [w.name for w in app.list_workflows()] == ["kept"]
+    assert [n.state for n in kept.nodes()] == ["running", "pending"]
+    assert [j.args for j in app.list_jobs()] == [["a@b.c"]]
+
+
 def test_conn_of_the_wrong_kind_is_refused(app, send_email, tmp_path):
     other = sqlite3.connect(tmp_path / "other.db")
     try:

@@ -673,10 +673,9 @@ class Conveyor:
 
     def workflow_item_counts(self, workflow_id: int, node: int) -> dict[str, int]:
         """A map node's items per state (every node state, 0 for none)."""
-        counts = dict.fromkeys((s.value for s in NodeState), 0)
-        for item in self.workflow_items(workflow_id, node):
-            counts[item.state.value] += 1
-        return counts
+        wid = check_id(workflow_id, "workflow")
+        found = self.backend.workflow_item_counts(workflow_id=wid, node=int(node))
+        return {s.value: found.get(s.value, 0) for s in NodeState}
 
     def cancel_workflow(self, workflow_id: int) -> bool:
         """Cancel the nodes not started and the running ones' jobs; ``False`` if the

@@ -514,6 +514,10 @@ class WorkflowStore(abc.ABC):
         """A map node's items, in item order."""
 
     @abc.abstractmethod
+    def workflow_item_counts(self, *, workflow_id: int, node: int) -> dict[str, int]:
+        """A map node's items per state (states with none left out)."""
+
+    @abc.abstractmethod
     def workflow_settle(self, *, links: Sequence[ChainLink], now: datetime | None = None) -> int:
         """For finished jobs of workflow nodes whose end is not recorded yet (their
         chain link is open): record it, make the dependents that became ready (each

@@ -827,6 +827,10 @@ class SqlBackend(Backend):
         rows = self._rows("workflow_items", {"id": workflow_id, "node": node})
         return [workflow_node_from_row(r, self._ts) for r in rows]
 
+    def workflow_item_counts(self, *, workflow_id: int, node: int) -> dict[str, int]:
+        rows = self._rows("workflow_item_counts", {"id": workflow_id, "node": node})
+        return {r["state"]: int(r["n"]) for r in rows}
+
     @retried
     def workflow_settle(self, *, links: Sequence[ChainLink], now: datetime | None = None) -> int:
         if not links:

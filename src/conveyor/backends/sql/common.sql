@@ -563,6 +563,11 @@ WHERE workflow_id = :id AND item = -1 AND node {IN(:nodes, integer)}
 SELECT * FROM conveyor_workflow_nodes WHERE workflow_id = :id AND node = :node AND item >= 0
 ORDER BY item
 
+-- name: workflow_item_counts
+SELECT state, count(*) AS n FROM conveyor_workflow_nodes
+WHERE workflow_id = :id AND node = :node AND item >= 0
+GROUP BY state
+
 -- name: workflow_items_delete
 DELETE FROM conveyor_workflow_nodes WHERE workflow_id = :id AND node = :node AND item >= 0
 
