@@ -265,9 +265,6 @@ class Conveyor:
             tenant_key=tenant_key,
         )
 
-    def get_task(self, name: str) -> Task | None:
-        return self.tasks.get(name)
-
     def periodic(
         self,
         cron: str,
@@ -375,18 +372,6 @@ class Conveyor:
         when there is one (``read_url``), unless ``primary``: a read that must
         see what was just written."""
         return self._reads.list_jobs(filter, limit, before_id, primary, **fields)
-
-    async def alist_jobs(
-        self,
-        filter: JobFilter | None = None,
-        *,
-        limit: int = 50,
-        before_id: int | None = None,
-        **fields: Any,
-    ) -> list[Job]:
-        return await asyncio.to_thread(
-            self.list_jobs, filter, limit=limit, before_id=before_id, **fields
-        )
 
     def count_jobs(
         self, filter: JobFilter | None = None, *, cap: int | None = None, **fields: Any
