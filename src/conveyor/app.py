@@ -11,7 +11,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from .actions import Actions
 from .backends import waits
@@ -27,7 +27,6 @@ from .events import Events
 from .flow import Chain, start_chain
 from .hooks import Middleware, check_middleware
 from .job import Job
-from .outcomes import OutcomeResult, RemoteOutcome
 from .producing import Producer
 from .queues import QueueControl
 from .reading import Reads
@@ -39,11 +38,9 @@ from .records import (
     Change,
     ChangeCursor,
     Emitted,
-    Heartbeat,
     JobFilter,
     JobInsert,
     JobRecord,
-    Lease,
     NodeState,
     QueueCount,
     QueueInfo,
@@ -59,9 +56,6 @@ from .retry import Backoff
 from .serving import Serving
 from .task import P, Payloads, R, Step, Task, TaskDecorator, check_queue_name
 from .workflow import Workflow, WorkflowRun
-
-if TYPE_CHECKING:
-    from .runtime.service import Services
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 
@@ -111,17 +105,18 @@ class Conveyor:
         self.middleware: list[Middleware] = []
         for m in middleware:
             self.add_middleware(m)
-        #: the helpers the façade's methods hand over to, one per concern
-        self._serving = Serving(self, lambda: self._db.opened)
-        self._db = Database(self, self._serving.open_sensitive)
+        #: the helpers the façade's methods hand over to, one per concern; ``serving``
+        #: is also the door of the server and the runtime to tokens and remote workers
+        self.serving = Serving(self, lambda: self._db.opened)
+        self._db = Database(self, self.serving.open_sensitive)
         self._replica = Database(Replica(self), lambda backend: None)
         self._events = Events(self)
         self._actions = Actions(self)
         self._diagnosis = Diagnosis(self)
-        self._producer = Producer(self, self._serving)
+        self._producer = Producer(self, self.serving)
         self._registry = Registry(self)
         self._queues = QueueControl(self)
-        self._reads = Reads(self, self._serving.before_shown)
+        self._reads = Reads(self, self.serving.before_shown)
 
     def __repr__(self) -> str:
         return f"<Conveyor {self.url} tasks={sorted(self.tasks)}>"
@@ -174,7 +169,7 @@ class Conveyor:
 
     def close(self) -> None:
         self._events.reset()
-        self._serving.reset()
+        self.serving.reset()
         self._db.close()
         self._replica.close()
 
@@ -744,120 +739,48 @@ class Conveyor:
     # -- serving: settings, tokens, remote workers (serving.py) -------------------------
     def task_settings(self) -> list[TaskSettings]:
         """The settings of every task type that has some, by name."""
-        return self._serving.task_settings()
+        return self.serving.task_settings()
 
     def get_task_settings(self, name: str) -> TaskSettings:
         """The task type's settings (every field ``None`` if it has none)."""
-        return self._serving.get_task_settings(name)
+        return self.serving.get_task_settings(name)
 
     def set_task_settings(self, name: str, **fields: Any) -> TaskSettings:
         """Change some settings of task type ``name`` (``None`` unsets one) and apply
         them to its waiting jobs that were not sent with their own values; every
         worker runs those with the new values from its next claim, and producers use
         them for new jobs within ``settings.CACHE_S`` seconds. Returns the settings."""
-        return self._serving.set_task_settings(name, **fields)
+        return self.serving.set_task_settings(name, **fields)
 
     def delete_task_settings(self, name: str) -> bool:
         """Forget the task type's settings (its waiting jobs keep their values)."""
-        return self._serving.delete_task_settings(name)
+        return self.serving.delete_task_settings(name)
 
     def cached_task_settings(self) -> Mapping[str, TaskSettings]:
         """Every task type's settings, as producers see them (at most
         ``settings.CACHE_S`` seconds old)."""
-        return self._serving.cached_task_settings()
+        return self.serving.cached_task_settings()
 
     def hide_arguments(self, task: str, parameters: Mapping[str, int | None]) -> None:
         """Every view of ``task``'s jobs hides these arguments (``***``), and searches
         skip them, in every process on the database: name -> its position among
         the positional parameters, or None. ``@app.task(sensitive=)`` calls this; call
         it for a task this app does not register (one remote workers run)."""
-        return self._serving.hide_arguments(task, parameters)
+        return self.serving.hide_arguments(task, parameters)
 
     def create_token(self, scope: str, *, name: str | None = None) -> tuple[ApiToken, str]:
         """A new API token; returns it and its secret text (``cvy_<id>_<secret>``),
         which is shown once: only a SHA-256 of the secret is stored."""
-        return self._serving.create_token(scope, name=name)
+        return self.serving.create_token(scope, name=name)
 
     def tokens(self) -> list[ApiToken]:
         """Every token (revoked ones too); never their secrets."""
-        return self._serving.tokens()
+        return self.serving.tokens()
 
     def revoke_token(self, token_id: str) -> bool:
         """False if there is no such active token. Servers of other processes
         stop accepting it within ``AUTH_CACHE_S`` seconds."""
-        return self._serving.revoke_token(token_id)
-
-    def authenticate(self, text: str) -> ApiToken | None:
-        """The active token ``text`` is, or ``None``. Secrets are compared as hashes,
-        in constant time; a token is looked up by its id at most every few seconds."""
-        return self._serving.authenticate(text)
-
-    def tokens_configured(self) -> bool:
-        """Whether any token was ever created, revoked or not (re-read at most every
-        few seconds while none was). Revoked tokens stay as rows, so this fact lives
-        in the database, shared by every server on it and kept across restarts: once
-        true, a server requires tokens even after the last one is revoked."""
-        return self._serving.tokens_configured()
-
-    def tokens_active(self) -> bool:
-        """Whether any token is active (not revoked); re-read at most every few seconds."""
-        return self._serving.tokens_active()
-
-    def heartbeat_worker(self, worker: WorkerInfo) -> Heartbeat:
-        """Record a remote worker as alive (registering it on first call): it keeps
-        the jobs it holds as long as it heartbeats, like an in-process worker."""
-        return self._serving.heartbeat_worker(worker)
-
-    def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        *,
-        limit: int,
-        tasks: Sequence[str] | None = None,
-        tags: Sequence[str] = (),
-        lease_s: float | None = None,
-    ) -> list[JobRecord]:
-        """Claim up to ``limit`` jobs for a worker outside this process, each with its
-        lease token. The worker keeps them while it heartbeats; a job with a timeout
-        (its own, or its task's ``max_processing_s``) must also end within it, and
-        ``lease_s`` is the deadline of the others (clients that never heartbeat)."""
-        return self._serving.claim(worker_id, queues, limit, tasks, tags, lease_s)
-
-    def extend_deadline(self, job_id: int, token: str, seconds: float) -> bool:
-        """Move a held job's deadline to ``seconds`` from now; False if the lease is lost."""
-        return self._serving.extend_deadline(job_id, token, seconds)
-
-    def release(self, worker_id: str, leases: Sequence[Lease]) -> list[int]:
-        """Give held jobs back without using their attempt (a worker shutting down).
-        ``Conflict`` if another worker holds one under its token: nothing is released
-        (the token fences the write; the worker is checked, as for outcomes)."""
-        return self._serving.release(worker_id, leases)
-
-    def report(self, worker_id: str, outcomes: Sequence[RemoteOutcome]) -> list[OutcomeResult]:
-        """Record how remote attempts ended, fenced by their lease tokens exactly as
-        in-process outcomes are. Returns one result per outcome, in order; a refused
-        one changed nothing and says why (lease lost, cancelled, ...)."""
-        return self._serving.report(worker_id, outcomes)
-
-    def work_generation(self) -> int:
-        """Moves whenever the database hints at new work (jobs inserted, retried,
-        made available): read it before claiming, wait for it to move after."""
-        return self._serving.work_generation()
-
-    async def await_work(self, generation: int, timeout: float) -> None:
-        """Wait without blocking the event loop until a work hint after
-        ``generation``, or ``timeout`` (at most a second: hints may be lost)."""
-        return await self._serving.await_work(generation, timeout)
-
-    def cluster_services(self, holder: str, *, worker_ttl_s: float = 7.0) -> Services:
-        """The leader-elected cluster services (rescuing the jobs of dead workers,
-        scheduling, batches and chains, cron), for a process that runs no worker:
-        ``conveyor server`` serving only remote workers still needs them."""
-        # imported here, not above: a process that only sends jobs never loads the runtime
-        from .runtime.host import cluster_services
-
-        return cluster_services(self, holder, worker_ttl_s=worker_ttl_s).services
+        return self.serving.revoke_token(token_id)
 
     # -- durable steps' events (durable.py) ------------------------------------------------
     def emit_event(self, key: str, payload: Any = None) -> Emitted:

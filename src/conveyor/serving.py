@@ -1,8 +1,9 @@
 """The serving side of the façade: per-task-type settings, sensitive
 arguments, API tokens, and leases for workers outside this process (remote
-workers and asyncflow clients). ``Conveyor`` owns one ``Serving`` and its
-methods of the same names hand over to it, so the server, the CLI and the
-dashboard still go through the one door; nothing here touches SQL.
+workers and asyncflow clients). ``Conveyor`` owns one, ``app.serving``: the
+façade's settings and token methods hand over to it, and the server, the
+runtime and the CLI call its plumbing (claims, outcomes, heartbeats of remote
+workers, authentication) there; nothing here touches SQL.
 """
 
 from __future__ import annotations
@@ -255,6 +256,8 @@ class Serving:
         return revoked
 
     def authenticate(self, text: str) -> ApiToken | None:
+        """The active token ``text`` is, or ``None``. Secrets are compared as hashes,
+        in constant time; a token is looked up by its id at most every few seconds."""
         prefix, _, rest = text.partition("_")
         token_id, _, secret = rest.partition("_")
         if prefix != TOKEN_PREFIX or not token_id or not secret:
@@ -276,6 +279,10 @@ class Serving:
         return token
 
     def tokens_configured(self) -> bool:
+        """Whether any token was ever created, revoked or not (re-read at most every
+        few seconds while none was). Revoked tokens stay as rows, so this fact lives
+        in the database, shared by every server on it and kept across restarts: once
+        true, a server requires tokens even after the last one is revoked."""
         configured, at = self.state.configured
         if not configured and time.monotonic() - at > AUTH_CACHE_S:
             configured = self.backend.token_count_all() > 0
@@ -283,6 +290,7 @@ class Serving:
         return configured
 
     def tokens_active(self) -> bool:
+        """Whether any token is active (not revoked); re-read at most every few seconds."""
         active, at = self.state.active
         if time.monotonic() - at > AUTH_CACHE_S:
             active = self.backend.token_count_active() > 0
@@ -291,17 +299,24 @@ class Serving:
 
     # -- remote workers --------------------------------------------------------------------
     def heartbeat_worker(self, worker: WorkerInfo) -> Heartbeat:
+        """Record a remote worker as alive (registering it on first call): it keeps
+        the jobs it holds as long as it heartbeats, like an in-process worker."""
         return self.backend.worker_heartbeat(worker=worker)
 
     def claim(
         self,
         worker_id: str,
         queues: Sequence[str],
+        *,
         limit: int,
-        tasks: Sequence[str] | None,
-        tags: Sequence[str],
-        lease_s: float | None,
+        tasks: Sequence[str] | None = None,
+        tags: Sequence[str] = (),
+        lease_s: float | None = None,
     ) -> list[JobRecord]:
+        """Claim up to ``limit`` jobs for a worker outside this process, each with its
+        lease token. The worker keeps them while it heartbeats; a job with a timeout
+        (its own, or its task's ``max_processing_s``) must also end within it, and
+        ``lease_s`` is the deadline of the others (clients that never heartbeat)."""
         if not isinstance(limit, int) or not 1 <= limit <= MAX_LEASE:
             raise ConfigError(f"limit must be an integer from 1 to {MAX_LEASE}, got {limit!r}")
         for q in queues:
@@ -354,9 +369,13 @@ class Serving:
         ]
 
     def extend_deadline(self, job_id: int, token: str, seconds: float) -> bool:
+        """Move a held job's deadline to ``seconds`` from now; False if the lease is lost."""
         return self.backend.job_set_deadline(leases=[Lease(job_id, token)], seconds=seconds) > 0
 
     def release(self, worker_id: str, leases: Sequence[Lease]) -> list[int]:
+        """Give held jobs back without using their attempt (a worker shutting down).
+        ``Conflict`` if another worker holds one under its token: nothing is released
+        (the token fences the write; the worker is checked, as for outcomes)."""
         jobs = self._jobs_by_id([le.job_id for le in leases]) if leases else {}
         for le in leases:
             refused = refusal(jobs.get(le.job_id), le.job_id, le.token, worker_id)
@@ -365,6 +384,9 @@ class Serving:
         return self.backend.job_release_many(worker_id=worker_id, leases=leases)
 
     def report(self, worker_id: str, outcomes: Sequence[RemoteOutcome]) -> list[OutcomeResult]:
+        """Record how remote attempts ended, fenced by their lease tokens exactly as
+        in-process outcomes are. Returns one result per outcome, in order; a refused
+        one changed nothing and says why (lease lost, cancelled, ...)."""
         ids = [o.job_id for o in outcomes]
         if len(set(ids)) != len(ids):
             raise ConfigError("outcomes: each job may appear once per report")
@@ -402,7 +424,11 @@ class Serving:
         return {r.id: r for r in records}
 
     def work_generation(self) -> int:
+        """Moves whenever the database hints at new work (jobs inserted, retried,
+        made available): read it before claiming, wait for it to move after."""
         return self.state.work.generation
 
     async def await_work(self, generation: int, timeout: float) -> None:
+        """Wait without blocking the event loop until a work hint after
+        ``generation``, or ``timeout`` (at most a second: hints may be lost)."""
         await self.state.work.await_change(generation, timeout)

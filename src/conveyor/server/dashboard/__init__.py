@@ -266,7 +266,9 @@ async def login(request: Request, app: Facade) -> Response:
     body = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = body.get("token", [""])[0]
     next = body.get("next", ["/"])[0]
-    found = await asyncio.to_thread(app.authenticate, token.strip()) if token.strip() else None
+    found = (
+        await asyncio.to_thread(app.serving.authenticate, token.strip()) if token.strip() else None
+    )
     if found is None:
         query = urlencode({"next": _local(next), "error": "That token is not valid."})
         return RedirectResponse(f"{_root(request)}/login?{query}", status_code=303)

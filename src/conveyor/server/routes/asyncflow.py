@@ -244,7 +244,7 @@ def hold_task(
     app = ctx.conveyor
     name, names = task_name(app, taskType), task_names(app, taskType)
     s = app.cached_task_settings().get(name)
-    jobs = app.claim(
+    jobs = app.serving.claim(
         ctx.asyncflow_worker,
         sorted({app.task_for(n).defaults.queue for n in names}),
         limit=limit or (s.batch_size if s and s.batch_size else 10),
@@ -269,11 +269,11 @@ def set_task(body: SetTask, ctx: Ctx) -> Any:
         )
     token = job.lease_token or ""
     if body.status == 2:
-        if not app.extend_deadline(job.id, token, deadline(ctx, task_name(app, job.task))):
+        if not app.serving.extend_deadline(job.id, token, deadline(ctx, task_name(app, job.task))):
             raise Conflict(f"task {job.id}: the hold was lost meanwhile")
         return envelope(0, "ok", None)
     outcome = _outcome(job, token, body)
-    [result] = app.report(ctx.asyncflow_worker, [outcome])
+    [result] = app.serving.report(ctx.asyncflow_worker, [outcome])
     if not result.accepted:
         raise Conflict(result.message)
     return envelope(0, "ok", None)
