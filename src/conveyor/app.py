@@ -1,8 +1,10 @@
 """The façade: the one door producers, workers, the CLI, the server, the
 dashboard and integrations go through. ``Conveyor`` inherits nothing: it owns
 one helper per concern (``database``, ``registry``, ``producing``, ``events``,
-``actions``, ``queues``, ``diagnosis``, ``serving``), each typed by a Protocol
-of what it calls on the app, and its public methods hand over to them."""
+``actions``, ``queues``, ``diagnosis``, ``serving``, ``plumbing``), each typed
+by a Protocol of what it calls on the app, and its public methods hand over to
+them. What only Conveyor's own parts call is not here: the server and the
+runtime use ``app.serving``, the handles ``app.plumbing``."""
 
 from __future__ import annotations
 
@@ -22,11 +24,12 @@ from .cron import Periodic
 from .database import Database, Replica
 from .diagnosis import Diagnosis
 from .durable import emit
-from .errors import ConfigError, JobNotFound
+from .errors import ConfigError
 from .events import Events
 from .flow import Chain, start_chain
 from .hooks import Middleware, check_middleware
 from .job import Job
+from .plumbing import Plumbing
 from .producing import Producer
 from .queues import QueueControl
 from .reading import Reads
@@ -39,22 +42,18 @@ from .records import (
     ChangeCursor,
     Emitted,
     JobFilter,
-    JobInsert,
     JobRecord,
-    NodeState,
     QueueCount,
     QueueInfo,
     TaskSettings,
     WorkerInfo,
-    WorkflowNode,
-    WorkflowNodeSpec,
     WorkflowRecord,
     WorkflowState,
 )
 from .registry import Registry
 from .retry import Backoff
 from .serving import Serving
-from .task import P, Payloads, R, Step, Task, TaskDecorator, check_queue_name
+from .task import P, R, Step, Task, TaskDecorator, check_queue_name
 from .workflow import Workflow, WorkflowRun
 
 DEFAULT_URL = "sqlite:///conveyor.db"
@@ -117,6 +116,8 @@ class Conveyor:
         self._registry = Registry(self)
         self._queues = QueueControl(self)
         self._reads = Reads(self, self.serving.before_shown)
+        #: what the handles (tasks, jobs, batches, chains, workflows) are bound to
+        self.plumbing = Plumbing(self, self._producer, self._events, self._actions.bulk_method)
 
     def __repr__(self) -> str:
         return f"<Conveyor {self.url} tasks={sorted(self.tasks)}>"
@@ -293,20 +294,6 @@ class Conveyor:
         self.middleware.append(check_middleware(middleware))
 
     # -- producing -------------------------------------------------------------------
-    def insert_jobs(
-        self,
-        inserts: Sequence[JobInsert],
-        *,
-        conn: Any = None,
-        payloads: Payloads | None = None,
-    ) -> list[Job]:
-        """Write prepared jobs; returns handles in input order (``Producer.insert_jobs``)."""
-        return self._producer.insert_jobs(inserts, conn=conn, payloads=payloads)
-
-    def insert_stream(self, chunks: Iterable[tuple[Sequence[JobInsert], Payloads]]) -> list[Job]:
-        """Write jobs without keys or limits, streamed (``Producer.insert_stream``)."""
-        return self._producer.insert_stream(chunks)
-
     def task_for(self, name: str) -> Task:
         """The task named ``name``: the registered one, else a stand-in with default
         options for a task this process has no handler for (remote workers, or
@@ -391,14 +378,6 @@ class Conveyor:
         """The job's result once it succeeds; ``JobFailed`` if it failed or was cancelled."""
         return (await self.await_job(job_id, timeout)).result_or_raise()
 
-    def wait_for_change(self, generation: int, timeout: float) -> None:
-        """Block until the database hints at a change after ``generation``
-        (``change_generation()``), at most ``timeout`` (and at most a second)."""
-        self._events.waiter.wait(generation, timeout)
-
-    def change_generation(self) -> int:
-        return self._events.waiter.generation
-
     # -- events (events.py) --------------------------------------------------------------
     def changes(
         self,
@@ -439,23 +418,6 @@ class Conveyor:
         Each job and batch is given as its latest change left it: a stream that
         falls behind (or resumes later) skips the states a job has since left."""
         return self._events.stream_events(
-            after, filter, batches, progress, until_batch_closed, limit, debounce_s, **fields
-        )
-
-    def stream_event_pages(
-        self,
-        after: str | None = None,
-        filter: JobFilter | None = None,
-        *,
-        batches: bool = True,
-        progress: bool = True,
-        until_batch_closed: int | None = None,
-        limit: int = 500,
-        debounce_s: float = 0.025,
-        **fields: Any,
-    ) -> AsyncIterator[list[dict[str, Any]]]:
-        """``stream_events`` a page at a time (``Events.stream_event_pages``)."""
-        return self._events.stream_event_pages(
             after, filter, batches, progress, until_batch_closed, limit, debounce_s, **fields
         )
 
@@ -519,10 +481,6 @@ class Conveyor:
         far it got (``bulk_action``, ``bulk_actions``: the audit log)."""
         return self._actions.start_bulk(action, filter, actor=actor)
 
-    def bulk_method(self, action: str) -> Callable[..., BulkResult]:
-        """``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, by the action's name."""
-        return self._actions.bulk_method(action)
-
     def bulk_action(self, action_id: str) -> ActionRecord:
         return self._actions.bulk_action(action_id)
 
@@ -538,37 +496,6 @@ class Conveyor:
         self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
     ) -> list[Batch]:
         return self._reads.list_batches(state, limit, before_id)
-
-    def create_batch(
-        self,
-        *,
-        name: str | None,
-        task: str,
-        idempotency_key: str | None,
-        on_complete_json: str | None,
-        jobs: Sequence[JobInsert],
-        conn: Any = None,
-        fingerprint: str | None = None,
-    ) -> tuple[int, bool]:
-        """The batch row and its jobs in one transaction (``Task.batch`` builds them,
-        and the ``fingerprint`` of what it was asked for, kept with the key)."""
-        return self._producer.create_batch(
-            name, task, idempotency_key, on_complete_json, jobs, conn, fingerprint
-        )
-
-    def create_batch_stream(
-        self,
-        *,
-        name: str | None,
-        task: str,
-        on_complete_json: str | None,
-        total: int,
-        chunks: Callable[[int], Iterable[Sequence[JobInsert]]],
-    ) -> int:
-        """``create_batch``, streamed (``Producer.create_batch_stream``)."""
-        return self._producer.create_batch_stream(
-            name=name, task=task, on_complete_json=on_complete_json, total=total, chunks=chunks
-        )
 
     def batch_progress(self, batch_id: int) -> dict[str, int]:
         """Jobs of the batch per state (from the per-batch counts the database keeps)."""
@@ -592,24 +519,20 @@ class Conveyor:
         """One more attempt for each failed job of the batch; it reopens."""
         return self.backend.batch_retry_failed(batch_id=check_id(batch_id, "batch"))
 
-    def append_to_chain(self, job_id: int, steps_json: str) -> bool:
-        """Add steps after a chain's last job; False if it was advanced meanwhile."""
-        return self.backend.job_chain_append(job_id=check_id(job_id, "job"), steps_json=steps_json)
-
     def chain(self, *steps: Step | Task, conn: Any = None) -> Chain:
         """Run steps one after another, each receiving the previous result."""
-        return start_chain(self, steps, conn=conn)
+        return start_chain(self.plumbing, steps, conn=conn)
 
     def get_chain(self, chain_id: int) -> Chain:
-        return Chain(self, int(chain_id))
+        return Chain(self.plumbing, int(chain_id))
 
     # -- workflows (workflow.py) ---------------------------------------------------------
     def workflow(self, name: str, *, idempotency_key: str | None = None) -> Workflow:
         """A graph to declare (``.add``, ``.map``) and then ``.start()``."""
-        return Workflow(self, name, idempotency_key)
+        return Workflow(self.plumbing, name, idempotency_key)
 
     def get_workflow(self, workflow_id: int) -> WorkflowRun:
-        return WorkflowRun(self, self.workflow_record(workflow_id).id)
+        return WorkflowRun(self.plumbing, self.plumbing.workflow_record(workflow_id).id)
 
     def list_workflows(
         self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
@@ -620,54 +543,18 @@ class Conveyor:
             raise ConfigError(f"state: unknown workflow state {state!r}; states are: {names}")
         return self.reads.workflow_list(state=state, limit=limit, before_id=before_id)
 
-    def start_workflow(
-        self,
-        name: str,
-        nodes: Sequence[WorkflowNodeSpec],
-        *,
-        idempotency_key: str | None = None,
-        fingerprint: str | None = None,
-        conn: Any = None,
-    ) -> tuple[int, bool]:
-        """The rows of ``Workflow.start()``: (its id, whether it was created now)."""
-        return self.backend.workflow_create(
-            name=name,
-            nodes=nodes,
-            idempotency_key=idempotency_key,
-            fingerprint=fingerprint,
-            conn=conn,
-        )
-
-    def workflow_record(self, workflow_id: int) -> WorkflowRecord:
-        record = self.backend.workflow_get(workflow_id=check_id(workflow_id, "workflow"))
-        if record is None:
-            raise JobNotFound(f"no workflow with id {workflow_id}")
-        return record
-
-    def workflow_nodes(self, workflow_id: int) -> list[WorkflowNode]:
-        return self.backend.workflow_nodes(workflow_id=check_id(workflow_id, "workflow"))
-
-    def workflow_items(self, workflow_id: int, node: int) -> list[WorkflowNode]:
-        wid = check_id(workflow_id, "workflow")
-        return self.backend.workflow_items(workflow_id=wid, node=int(node))
-
-    def workflow_item_counts(self, workflow_id: int, node: int) -> dict[str, int]:
-        """A map node's items per state (every node state, 0 for none)."""
-        counts = dict.fromkeys((s.value for s in NodeState), 0)
-        for item in self.workflow_items(workflow_id, node):
-            counts[item.state.value] += 1
-        return counts
-
     def cancel_workflow(self, workflow_id: int) -> bool:
         """Cancel the nodes not started and the running ones' jobs; ``False`` if the
         workflow had ended."""
-        return self.backend.workflow_cancel(workflow_id=self.workflow_record(workflow_id).id)
+        return self.backend.workflow_cancel(
+            workflow_id=self.plumbing.workflow_record(workflow_id).id
+        )
 
     def retry_workflow(self, workflow_id: int) -> int:
         """Run a failed or cancelled workflow's failed, cancelled and skipped nodes
         again (a map: its items that did not succeed); what succeeded is kept. The
         number of nodes run again. ``ConfigError`` while it runs."""
-        record = self.workflow_record(workflow_id)
+        record = self.plumbing.workflow_record(workflow_id)
         if record.state == WorkflowState.RUNNING:
             raise ConfigError(f"workflow {record.id} is still running: cancel it or let it end")
         return self.backend.workflow_retry(workflow_id=record.id)

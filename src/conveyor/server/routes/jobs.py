@@ -68,7 +68,7 @@ def create_job(body: JobCreate, response: Response, app: Facade, key: Idempotenc
         options["idempotency_key"] = key
     task = app.task_for(body.task)
     insert, fingerprint = fingerprinted(task.build(body.args, body.kwargs, **options), body)
-    [job] = app.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
+    [job] = app.plumbing.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
     if job.created:
         job = app.get_job(job.id)  # the stored times, not the ones this process guessed
     elif fingerprint is not None:
@@ -98,7 +98,7 @@ def create_jobs(body: JobsCreate, response: Response, app: Facade) -> Any:
         payloads.append((spec.args, spec.kwargs))
         prints.append(fingerprint)
     check_keys_unused(app, body.jobs, prints)
-    jobs = app.insert_jobs(inserts, payloads=payloads)
+    jobs = app.plumbing.insert_jobs(inserts, payloads=payloads)
     for n, (job, spec, fingerprint) in enumerate(zip(jobs, body.jobs, prints, strict=True)):
         if fingerprint is not None and not job.created:
             # a request racing this one took the key since check_keys_unused read:
@@ -204,7 +204,7 @@ def bulk(app: Conveyor, action: str, body: BulkAction, token: ApiToken | None) -
         actor = "open server (loopback)" if token is None else (token.name or token.id)
         record = app.start_bulk(action, f, actor=actor)
         return JSONResponse(serialize.action(record), status_code=202)
-    return serialize.bulk(app.bulk_method(action)(f, dry_run=body.dry_run))
+    return serialize.bulk(app.plumbing.bulk_method(action)(f, dry_run=body.dry_run))
 
 
 #: the token names who ran an action: the scope check's answer, as a parameter
