@@ -11,12 +11,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, overload
 
 from .actions import Actions
-from .backends import waits
 from .backends.interfaces import Backend
 from .batch import Batch
 from .checks import DEFAULT_RETENTION, check_id, check_retention, check_tuning, make_filter
@@ -117,7 +115,13 @@ class Conveyor:
         self._queues = QueueControl(self)
         self._reads = Reads(self, self.serving.before_shown)
         #: what the handles (tasks, jobs, batches, chains, workflows) are bound to
-        self.plumbing = Plumbing(self, self._producer, self._events, self._actions.bulk_method)
+        self.plumbing = Plumbing(
+            self,
+            self._producer,
+            self._events,
+            self._actions.bulk_method,
+            lambda: self.serving.cached_task_settings(),
+        )
 
     def __repr__(self) -> str:
         return f"<Conveyor {self.url} tasks={sorted(self.tasks)}>"
@@ -154,15 +158,6 @@ class Conveyor:
     def migrate(self) -> list[int]:
         """Apply pending migrations (refusing a newer schema); return the versions applied."""
         return self._db.migrate()
-
-    def bounded_waits(self, seconds: float) -> AbstractContextManager[None]:
-        """Within this block, and the threads it hands calls to through asyncio or
-        anyio, a call waits at most ``seconds`` for a database connection (a free
-        one from PostgreSQL's pool, a new one to MySQL), then raises
-        ``DatabaseUnavailable``: a server's request handler answers 503 at once
-        while the database is down, instead of after the pool's 30 s. Outside
-        it, calls wait as long as they always did (workers, which retry)."""
-        return waits.bounded(seconds)
 
     def schema_version(self) -> tuple[int, int]:
         """(the database's schema version, the newest this code knows)."""
@@ -568,17 +563,6 @@ class Conveyor:
         """Jobs per queue, task and state (a rollup kept as jobs change: no scan)."""
         return self.reads.queue_counts()
 
-    def oldest_waiting(self) -> dict[str, datetime]:
-        """Per queue with jobs waiting, when its oldest due job became due."""
-        return self.reads.queue_oldest_waiting()
-
-    def open_batches(self) -> int:
-        return self.reads.batch_count_open()
-
-    def batch_first_finished(self, batch_id: int) -> datetime | None:
-        """When the batch's first job finished (its first result)."""
-        return self.reads.batch_first_finished(batch_id=check_id(batch_id, "batch"))
-
     def pause_queue(self, name: str, *, force: bool = False) -> None:
         """No worker claims from a paused queue; running jobs finish."""
         self._queues.set_paused(name, True, force)
@@ -642,11 +626,6 @@ class Conveyor:
     def delete_task_settings(self, name: str) -> bool:
         """Forget the task type's settings (its waiting jobs keep their values)."""
         return self.serving.delete_task_settings(name)
-
-    def cached_task_settings(self) -> Mapping[str, TaskSettings]:
-        """Every task type's settings, as producers see them (at most
-        ``settings.CACHE_S`` seconds old)."""
-        return self.serving.cached_task_settings()
 
     def hide_arguments(self, task: str, parameters: Mapping[str, int | None]) -> None:
         """Every view of ``task``'s jobs hides these arguments (``***``), and searches

@@ -47,8 +47,6 @@ class PlumbingHost(Protocol):
     @property
     def middleware(self) -> Sequence[Middleware]: ...
 
-    def cached_task_settings(self) -> Mapping[str, TaskSettings]: ...
-
     def get_job(self, job_id: int) -> Job: ...
 
     def wait_job(self, job_id: int, timeout: float | None = None) -> Job: ...
@@ -140,8 +138,10 @@ class Plumbing:
         producer: ProducerSide,
         events: EventsSide,
         bulk_method: Callable[[str], Callable[..., BulkResult]],
+        settings: Callable[[], Mapping[str, TaskSettings]],
     ) -> None:
         self._host, self._producer, self._events = host, producer, events
+        self._settings = settings
         #: ``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, by the action's name
         self.bulk_method = bulk_method
 
@@ -155,7 +155,8 @@ class Plumbing:
         return self._host.middleware
 
     def cached_task_settings(self) -> Mapping[str, TaskSettings]:
-        return self._host.cached_task_settings()
+        """Every task type's settings, as producers see them (``Serving``'s)."""
+        return self._settings()
 
     def get_job(self, job_id: int) -> Job:
         return self._host.get_job(job_id)

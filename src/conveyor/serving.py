@@ -17,12 +17,15 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import serialize
 from . import settings as task_settings
+from .backends import waits
+from .checks import check_id
 from .encoding import not_run_message
 from .errors import ConfigError, Conflict
 from .outcomes import (
@@ -108,6 +111,9 @@ class ServingHost(Protocol):
     @property
     def backend(self) -> Backend: ...
 
+    @property
+    def reads(self) -> Backend: ...
+
     def task_for(self, name: str) -> Task: ...
 
 
@@ -163,6 +169,8 @@ class Serving:
         return deleted
 
     def cached_task_settings(self) -> Mapping[str, TaskSettings]:
+        """Every task type's settings, as producers see them (at most
+        ``settings.CACHE_S`` seconds old)."""
         return self.state.settings.all()
 
     def _settings_backoff_json(self, s: TaskSettings) -> str | None:
@@ -432,3 +440,25 @@ class Serving:
         """Wait without blocking the event loop until a work hint after
         ``generation``, or ``timeout`` (at most a second: hints may be lost)."""
         await self.state.work.await_change(generation, timeout)
+
+    # -- what only the server reads and bounds ----------------------------------------------
+    def bounded_waits(self, seconds: float) -> AbstractContextManager[None]:
+        """Within this block, and the threads it hands calls to through asyncio or
+        anyio, a call waits at most ``seconds`` for a database connection (a free
+        one from PostgreSQL's pool, a new one to MySQL), then raises
+        ``DatabaseUnavailable``: a server's request handler answers 503 at once
+        while the database is down, instead of after the pool's 30 s. Outside
+        it, calls wait as long as they always did (workers, which retry)."""
+        return waits.bounded(seconds)
+
+    def oldest_waiting(self) -> dict[str, datetime]:
+        """Per queue with jobs waiting, when its oldest due job became due."""
+        return self._host.reads.queue_oldest_waiting()
+
+    def open_batches(self) -> int:
+        """How many batches are not closed yet."""
+        return self._host.reads.batch_count_open()
+
+    def batch_first_finished(self, batch_id: int) -> datetime | None:
+        """When the batch's first job finished (its first result)."""
+        return self._host.reads.batch_first_finished(batch_id=check_id(batch_id, "batch"))

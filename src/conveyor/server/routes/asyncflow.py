@@ -138,14 +138,14 @@ def tasks_out(app: Conveyor, jobs: Sequence[JobRecord]) -> list[dict[str, Any]]:
 
 
 def deadline(ctx: ServerContext, task: str) -> float:
-    s = ctx.conveyor.cached_task_settings().get(task)
+    s = ctx.conveyor.serving.cached_task_settings().get(task)
     return (s.max_processing_s if s else None) or ctx.asyncflow_deadline_s
 
 
 def task_name(app: Conveyor, task_type: str) -> str:
     """The task a type's new tasks are jobs of: a registered task, else a type
     with settings, of that name in any case; else the name in lower case."""
-    for names in (app.tasks, app.cached_task_settings()):
+    for names in (app.tasks, app.serving.cached_task_settings()):
         if same := _named_like(task_type, names):
             return same[0]
     return task_type.lower()
@@ -154,7 +154,9 @@ def task_name(app: Conveyor, task_type: str) -> str:
 def task_names(app: Conveyor, task_type: str) -> list[str]:
     """Every task a type stands for: the one ``task_name`` picks now and any
     other of its names (tasks created before a type got settings, say)."""
-    return _named_like(task_type, app.tasks, app.cached_task_settings(), [task_type.lower()])
+    return _named_like(
+        task_type, app.tasks, app.serving.cached_task_settings(), [task_type.lower()]
+    )
 
 
 @router.post(
@@ -243,7 +245,7 @@ def hold_task(
         raise ConfigError("status: only waiting tasks (status 1) can be held")
     app = ctx.conveyor
     name, names = task_name(app, taskType), task_names(app, taskType)
-    s = app.cached_task_settings().get(name)
+    s = app.serving.cached_task_settings().get(name)
     jobs = app.serving.claim(
         ctx.asyncflow_worker,
         sorted({app.task_for(n).defaults.queue for n in names}),

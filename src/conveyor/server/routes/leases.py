@@ -140,7 +140,7 @@ router = APIRouter(tags=["leases (remote workers)"], dependencies=[requires(WORK
 
 def advice(app: Conveyor, tasks: list[str] | None) -> tuple[int, float]:
     """The default batch size and poll interval: the task types' settings."""
-    settings = app.cached_task_settings()
+    settings = app.serving.cached_task_settings()
     known = [settings[t] for t in tasks or () if t in settings]
     sizes = [s.batch_size for s in known if s.batch_size]
     polls = [s.poll_interval_s for s in known if s.poll_interval_s]
