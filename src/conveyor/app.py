@@ -119,7 +119,7 @@ class Conveyor:
             self,
             self._producer,
             self._events,
-            self._actions.bulk_method,
+            self._actions,
             lambda: self.serving.cached_task_settings(),
         )
 
@@ -129,30 +129,22 @@ class Conveyor:
     # -- database --------------------------------------------------------------------
     @property
     def backend(self) -> Backend:
-        """The database seam. For the façade's own use and the runtime's; clients
-        (CLI, server, integrations) call the façade's methods instead."""
+        """The database seam, for the façade, its helpers and the runtime only."""
         return self._db.get()
 
     @property
     def reads(self) -> Backend:
-        """Where lists, counts, metrics and event streams are read: the replica at
-        ``read_url`` if there is one (opened on first use, never migrated), else
-        the primary. A job or batch read by id, and every write, go to the primary."""
+        """Where lists, counts and streams are read: the replica at ``read_url``, else
+        the primary (Operations: Deployment)."""
         return self._replica.get() if self.read_url else self.backend
 
     def replica_lag(self) -> float | None:
-        """How many seconds the replica's data trails the primary's (0 when it has
-        replayed all it received); None without a replica, or where the database
-        cannot tell (SQLite, MySQL)."""
+        """Seconds the replica trails the primary; None without one or on SQLite, MySQL."""
         return self.reads.replica_lag() if self.read_url else None
 
     def connect(self, *, wait_s: float = 0.0) -> None:
-        """Open the database now (migrating it, or checking its schema). One that
-        does not answer yet (``DatabaseUnavailable.transient``: refused, starting
-        up, restarting) is tried again with backoff for up to ``wait_s`` seconds,
-        said once in the log; any other error, or one past that time, is raised.
-        What ``conveyor worker`` and ``conveyor server`` do at start
-        (``--wait-for-database``)."""
+        """Open (and migrate) the database now; one not answering yet (a transient
+        ``DatabaseUnavailable``) is tried again for ``wait_s`` s (``--wait-for-database``)."""
         self._db.connect(wait_s)
 
     def migrate(self) -> list[int]:
@@ -226,16 +218,8 @@ class Conveyor:
         tenant_key: str | Callable[..., str] | None = None,
         sensitive: Sequence[str] = (),
     ) -> Task | TaskDecorator:
-        """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
-
-        ``retry_on``: exceptions that are retried; any other, or ``conveyor.Permanent``,
-        fails the job at once; ``classify(exc, job)`` may decide otherwise per exception.
-        ``concurrency_key`` + ``concurrency_limit``, ``rate_limit`` (``"100/m"``) with
-        ``rate_burst`` and ``rate_key``: limits shared by every worker. ``pinned_to``:
-        worker ids or tags that may run the jobs. ``tenant_key``: a parameter stored as
-        the job's tenant. ``sensitive``: parameters every view shows as ``***``. The
-        guides (Tasks, Flow control, Hooks) tell each option in full.
-        """
+        """Register a handler (sync or async) as a task: ``@app.task`` or ``@app.task(...)``;
+        the guides (Tasks, Flow control, Hooks) tell each option."""
         return self._registry.task(
             fn,
             name,
@@ -269,17 +253,8 @@ class Conveyor:
         grace_s: float = 60.0,
         **task_options: Any,
     ) -> Callable[[Callable[..., Any] | Task], Task]:
-        """Run a task on a cron schedule: ``@app.periodic("*/5 * * * *", timezone="Europe/Paris")``.
-
-        Registers the function as a task (``task_options`` go to ``app.task``; an
-        existing ``Task`` of this app is scheduled as it is) and returns the Task.
-        Every worker enqueues due ticks under one idempotency key per tick, so each
-        tick is one job however many workers run. Missed ticks: ``missed="skip"``
-        runs those at most ``grace_s`` old; ``catch_up=N`` the N most recent.
-        ``name`` (default: the function's) names the schedule, its keys and the new
-        task; with an existing task, only the schedule.
-        """
-
+        """Run a task on a cron schedule: ``@app.periodic("*/5 * * * *")``; the
+        Periodic guide tells the options (``missed``, ``catch_up``, ``grace_s``...)."""
         schedule: dict[str, Any] = {"cron": cron, "timezone": timezone, "args": args}
         schedule.update(kwargs=kwargs, missed=missed, catch_up=catch_up, grace_s=grace_s)
         return self._registry.periodic(name, schedule, task_options, lambda **o: self.task(**o))
@@ -302,10 +277,8 @@ class Conveyor:
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue one job by task name (the CLI and the HTTP API use this). A task
-        with no handler here is enqueued with default options; its arguments are
-        checked against the handler only when it is registered. Options are those
-        of ``send()``, plus ``tenant``."""
+        """One job by task name (a task with no handler here gets default options);
+        the options of ``send()``, plus ``tenant``."""
         return self._producer.enqueue(task, args, kwargs, options)
 
     def enqueue_many(
@@ -343,11 +316,8 @@ class Conveyor:
         primary: bool = False,
         **fields: Any,
     ) -> list[Job]:
-        """Jobs matching ``filter`` (or the same fields as keywords: ``state=``,
-        ``queue=``, ``task=`` are accepted as singular aliases), newest first.
-        ``before_id``: the last id of the previous page. Read from the replica
-        when there is one (``read_url``), unless ``primary``: a read that must
-        see what was just written."""
+        """Jobs matching ``filter`` (or its fields as keywords), newest first, after the
+        page ending at ``before_id``; from the replica if any, unless ``primary``."""
         return self._reads.list_jobs(filter, limit, before_id, primary, **fields)
 
     def count_jobs(
@@ -383,10 +353,8 @@ class Conveyor:
         limit: int = 500,
         **fields: Any,
     ) -> tuple[list[Change], ChangeCursor]:
-        """Changes of jobs (matching the filter) and batches after the event id
-        ``after`` (``None``: from now), in commit order; and the cursor to read
-        from next. Reading again from that cursor misses nothing and repeats
-        nothing, for as long as the changed rows are kept."""
+        """Changes of jobs and batches after the event id ``after`` (``None``: now), in
+        commit order, and the cursor to read on from (missing and repeating nothing)."""
         return self._events.changes(after, filter, batches=batches, limit=limit, **fields)
 
     def stream_events(
@@ -401,31 +369,20 @@ class Conveyor:
         debounce_s: float = 0.025,
         **fields: Any,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Events (``serialize.change`` shapes) as they happen, from the event id
-        ``after`` (``None``: from now), woken by the database's hints (a burst of
-        changes costs a read per ``debounce_s``, not one per change) and polling
-        once a second as the safety net. With ``progress``, each batch whose jobs
-        changed gets a ``batch.progress`` event after them. Ends after the batch
-        ``until_batch_closed`` closes; followed from now, that batch's stream starts
-        with its progress so far (and ends there if it is closed already). Never
-        blocks the event loop.
-
-        Each job and batch is given as its latest change left it: a stream that
-        falls behind (or resumes later) skips the states a job has since left."""
+        """``changes`` as they happen, as ``serialize.change`` shapes, without blocking
+        the event loop; ends once the batch ``until_batch_closed`` closes (Observability)."""
         return self._events.stream_events(
             after, filter, batches, progress, until_batch_closed, limit, debounce_s, **fields
         )
 
     # -- operator actions on jobs --------------------------------------------------------
     def retry_job(self, job_id: int) -> bool:
-        """A failed or cancelled job runs again (one more attempt allowed). False if
-        the job is in any other state."""
+        """A failed or cancelled job runs again (one more attempt); False otherwise."""
         return self._actions.retry_job(job_id)
 
     def cancel_job(self, job_id: int) -> str | None:
-        """Cancel a job wherever it is: ``JobState.CANCELLED`` if it had not started,
-        ``"requested"`` if it is running (its worker cancels it at its next
-        heartbeat), ``None`` if it had already finished."""
+        """``JobState.CANCELLED`` if it had not started, ``"requested"`` if it runs (its
+        worker cancels it at its next heartbeat), ``None`` if it had finished."""
         return self._actions.cancel_job(job_id)
 
     def delete_job(self, job_id: int) -> bool:
@@ -452,8 +409,7 @@ class Conveyor:
         progress: Callable[[int], None] | None = None,
         **fields: Any,
     ) -> BulkResult:
-        """Cancel every unfinished job matching the filter: waiting ones now, running
-        ones at their worker's next heartbeat."""
+        """Cancel every unfinished job matching the filter (running ones: as ``cancel_job``)."""
         return self._actions.cancel_jobs(filter, dry_run=dry_run, progress=progress, **fields)
 
     def delete_jobs(
@@ -466,18 +422,6 @@ class Conveyor:
     ) -> BulkResult:
         """Delete every job matching the filter that is not running, with its attempts."""
         return self._actions.delete_jobs(filter, dry_run=dry_run, progress=progress, **fields)
-
-    def start_bulk(
-        self, action: str, filter: JobFilter, *, actor: str | None = None
-    ) -> ActionRecord:
-        """Run ``retry``, ``cancel`` or ``delete`` of every job matching ``filter`` in
-        the background (a thread of this process), in the same bounded transactions as
-        ``retry_jobs`` and the others, recording who asked, what it matched and how
-        far it got (``bulk_action``, ``bulk_actions``: the audit log)."""
-        return self._actions.start_bulk(action, filter, actor=actor)
-
-    def bulk_action(self, action_id: str) -> ActionRecord:
-        return self._actions.bulk_action(action_id)
 
     def bulk_actions(self, *, limit: int = 50) -> list[ActionRecord]:
         """The audit log of bulk actions, newest first."""
@@ -539,16 +483,13 @@ class Conveyor:
         return self.reads.workflow_list(state=state, limit=limit, before_id=before_id)
 
     def cancel_workflow(self, workflow_id: int) -> bool:
-        """Cancel the nodes not started and the running ones' jobs; ``False`` if the
-        workflow had ended."""
+        """Cancel its nodes not started and its running jobs; ``False`` if it had ended."""
         return self.backend.workflow_cancel(
             workflow_id=self.plumbing.workflow_record(workflow_id).id
         )
 
     def retry_workflow(self, workflow_id: int) -> int:
-        """Run a failed or cancelled workflow's failed, cancelled and skipped nodes
-        again (a map: its items that did not succeed); what succeeded is kept. The
-        number of nodes run again. ``ConfigError`` while it runs."""
+        """Run an ended workflow's nodes that did not succeed again (the Workflows guide)."""
         record = self.plumbing.workflow_record(workflow_id)
         if record.state == WorkflowState.RUNNING:
             raise ConfigError(f"workflow {record.id} is still running: cancel it or let it end")
@@ -571,16 +512,13 @@ class Conveyor:
         self._queues.set_paused(name, False, force)
 
     def set_queue_limit(self, name: str, max_running: int | None, *, force: bool = False) -> None:
-        """At most ``max_running`` jobs of queue ``name`` run at once across every
-        worker (``None`` removes the limit). Workers apply a change within a second."""
+        """At most ``max_running`` jobs of the queue run at once (the Flow control guide)."""
         self._queues.set_limit(name, max_running, force)
 
     def set_queue_rate_limit(
         self, name: str, rate_limit: str | None, burst: float | None = None, *, force: bool = False
     ) -> None:
-        """A token bucket for the whole queue, e.g. ``"100/m"``, shared by every
-        worker; ``burst`` tokens at most (default one second's worth, at least 1).
-        ``None`` removes it. Workers apply a change within a second."""
+        """A rate limit for the whole queue, e.g. ``"100/m"`` (the Flow control guide)."""
         self._queues.set_rate_limit(name, rate_limit, burst, force)
 
     # -- workers -----------------------------------------------------------------------------
@@ -596,15 +534,12 @@ class Conveyor:
         return self.backend.worker_request_stop(worker_id=worker_id)
 
     def unserved(self, *, worker_ttl_s: float = 7.0) -> list[QueueCount]:
-        """Waiting jobs that no live worker can run (no live worker takes their
-        queue and task), per queue and task: they wait, visibly, until one does."""
+        """Waiting jobs no live worker takes (their queue and task), per queue and task."""
         return self._diagnosis.unserved(worker_ttl_s=worker_ttl_s)
 
     def why_waiting(self, job_id: int, *, worker_ttl_s: float = 7.0) -> list[str]:
-        """Why a job that waits is not running, read from the engine's own state: a
-        paused queue, a full limit, a later time, pinning to workers that are not
-        alive, a chain step before it, no live worker for its queue and task. Empty
-        when the job runs, has ended, or nothing holds it back."""
+        """Why a waiting job does not run yet, from the engine's own state; empty when
+        nothing holds it back (the Flow control and Troubleshooting pages)."""
         return self._diagnosis.why_waiting(job_id, worker_ttl_s=worker_ttl_s)
 
     # -- serving: settings, tokens, remote workers (serving.py) -------------------------
@@ -617,10 +552,8 @@ class Conveyor:
         return self.serving.get_task_settings(name)
 
     def set_task_settings(self, name: str, **fields: Any) -> TaskSettings:
-        """Change some settings of task type ``name`` (``None`` unsets one) and apply
-        them to its waiting jobs that were not sent with their own values; every
-        worker runs those with the new values from its next claim, and producers use
-        them for new jobs within ``settings.CACHE_S`` seconds. Returns the settings."""
+        """Change settings of task type ``name`` (``None`` unsets one), its waiting jobs'
+        too; returns the settings (the Server guide)."""
         return self.serving.set_task_settings(name, **fields)
 
     def delete_task_settings(self, name: str) -> bool:
@@ -628,15 +561,12 @@ class Conveyor:
         return self.serving.delete_task_settings(name)
 
     def hide_arguments(self, task: str, parameters: Mapping[str, int | None]) -> None:
-        """Every view of ``task``'s jobs hides these arguments (``***``), and searches
-        skip them, in every process on the database: name -> its position among
-        the positional parameters, or None. ``@app.task(sensitive=)`` calls this; call
-        it for a task this app does not register (one remote workers run)."""
+        """Every view hides these arguments of ``task``'s jobs (name -> position or None),
+        as ``@app.task(sensitive=)`` does: for a task only remote workers run."""
         return self.serving.hide_arguments(task, parameters)
 
     def create_token(self, scope: str, *, name: str | None = None) -> tuple[ApiToken, str]:
-        """A new API token; returns it and its secret text (``cvy_<id>_<secret>``),
-        which is shown once: only a SHA-256 of the secret is stored."""
+        """A new API token and its secret text (``cvy_<id>_<secret>``), shown this once."""
         return self.serving.create_token(scope, name=name)
 
     def tokens(self) -> list[ApiToken]:
@@ -644,15 +574,12 @@ class Conveyor:
         return self.serving.tokens()
 
     def revoke_token(self, token_id: str) -> bool:
-        """False if there is no such active token. Servers of other processes
-        stop accepting it within ``AUTH_CACHE_S`` seconds."""
+        """False if there is no such active token; every server refuses it within 2 s."""
         return self.serving.revoke_token(token_id)
 
     # -- durable steps' events (durable.py) ------------------------------------------------
     def emit_event(self, key: str, payload: Any = None) -> Emitted:
-        """Wake the jobs waiting in ``wait_for_event(key)``, now or later (the event
-        is kept: a wait after it returns at once). The first payload for a key wins:
-        a later emit changes nothing and returns ``created=False``."""
+        """Wake the jobs in ``wait_for_event(key)``, now or later; the first payload wins."""
         return emit(self.backend, key, payload)
 
     async def aemit_event(self, key: str, payload: Any = None) -> Emitted:
@@ -663,8 +590,7 @@ class Conveyor:
     def prune(
         self, *, dry_run: bool = False, retention: dict[str, float | None] | None = None
     ) -> dict[str, int]:
-        """Apply retention now: finished jobs older than their state's retention go,
-        in small batches. ``dry_run`` only counts them."""
+        """Apply retention now (``dry_run``: only count what would go)."""
         keep = {**self.retention, **check_retention(retention or {})}
         return self._actions.prune(keep, dry_run=dry_run)
 

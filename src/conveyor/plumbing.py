@@ -6,7 +6,7 @@ implements the handles' Protocols (``TaskApp``, ``ChainApp``, ``WorkflowApp``),
 writing prepared jobs, batches and workflows and waiting for changes, and hands
 what users call too (``get_job``, ``cancel_batch``, ...) to the façade. The
 server and the CLI use it for the same plumbing (workflow nodes, event pages,
-bulk actions by name)."""
+bulk actions in the background)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from .actions import Actions
 from .backends.interfaces import Backend
 from .batch import Batch
 from .checks import check_id
@@ -21,6 +22,7 @@ from .errors import JobNotFound
 from .hooks import Middleware
 from .job import Chained, Job
 from .records import (
+    ActionRecord,
     Attempt,
     BulkResult,
     JobFilter,
@@ -137,13 +139,12 @@ class Plumbing:
         host: PlumbingHost,
         producer: ProducerSide,
         events: EventsSide,
-        bulk_method: Callable[[str], Callable[..., BulkResult]],
+        actions: Actions,
         settings: Callable[[], Mapping[str, TaskSettings]],
     ) -> None:
         self._host, self._producer, self._events = host, producer, events
         self._settings = settings
-        #: ``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, by the action's name
-        self.bulk_method = bulk_method
+        self._actions = actions
 
     # -- handed to the app ------------------------------------------------------------------
     @property
@@ -267,6 +268,24 @@ class Plumbing:
             fingerprint=fingerprint,
             conn=conn,
         )
+
+    # -- bulk actions in the background (the server's) ---------------------------------------
+    def bulk_method(self, action: str) -> Callable[..., BulkResult]:
+        """``app.retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, by the action's name."""
+        return self._actions.bulk_method(action)
+
+    def start_bulk(
+        self, action: str, filter: JobFilter, *, actor: str | None = None
+    ) -> ActionRecord:
+        """Run ``retry``, ``cancel`` or ``delete`` of every job matching ``filter`` in
+        the background (a thread of this process), in the same bounded transactions as
+        ``retry_jobs`` and the others, recording who asked, what it matched and how
+        far it got (``bulk_action``, ``app.bulk_actions``: the audit log)."""
+        return self._actions.start_bulk(action, filter, actor=actor)
+
+    def bulk_action(self, action_id: str) -> ActionRecord:
+        """One bulk action of the audit log, by id."""
+        return self._actions.bulk_action(action_id)
 
     # -- reading workflows -----------------------------------------------------------------
     def workflow_record(self, workflow_id: int) -> WorkflowRecord:

@@ -202,7 +202,7 @@ def bulk(app: Conveyor, action: str, body: BulkAction, token: ApiToken | None) -
     f = body.checked_filter()
     if body.background and not body.dry_run:
         actor = "open server (loopback)" if token is None else (token.name or token.id)
-        record = app.start_bulk(action, f, actor=actor)
+        record = app.plumbing.start_bulk(action, f, actor=actor)
         return JSONResponse(serialize.action(record), status_code=202)
     return serialize.bulk(app.plumbing.bulk_method(action)(f, dry_run=body.dry_run))
 
@@ -257,7 +257,7 @@ def list_actions(app: Facade, limit: Annotated[int, Query(ge=1, le=1000)] = 50) 
     dependencies=[requires(READ)],
 )
 def get_action(action_id: Annotated[Key, Path(max_length=64)], app: Facade) -> Any:
-    return serialize.action(app.bulk_action(action_id))
+    return serialize.action(app.plumbing.bulk_action(action_id))
 
 
 def request_fingerprint(body: JobCreate) -> str:
