@@ -104,14 +104,14 @@ class Conveyor:
             self.add_middleware(m)
         #: the helpers the façade's methods hand over to, one per concern; ``serving``
         #: is also the door of the server and the runtime to tokens and remote workers
-        self.serving = Serving(self, lambda: self._db.opened)
-        self._db = Database(self, self.serving.open_sensitive)
+        self._registry = Registry(self)
+        self.serving = Serving(self, lambda: self._db.opened, self._registry.task_for)
+        self._db: Database = Database(self, self.serving.open_sensitive)
         self._replica = Database(Replica(self), lambda backend: None)
         self._events = Events(self)
         self._actions = Actions(self)
         self._diagnosis = Diagnosis(self)
-        self._producer = Producer(self, self.serving)
-        self._registry = Registry(self)
+        self._producer = Producer(self, self.serving, self._registry.task_for)
         self._queues = QueueControl(self)
         self._reads = Reads(self, self.serving.before_shown)
         #: what the handles (tasks, jobs, batches, chains, workflows) are bound to
@@ -120,6 +120,7 @@ class Conveyor:
             self._producer,
             self._events,
             self._actions,
+            self._registry.task_for,
             lambda: self.serving.cached_task_settings(),
         )
 
@@ -264,12 +265,6 @@ class Conveyor:
         self.middleware.append(check_middleware(middleware))
 
     # -- producing -------------------------------------------------------------------
-    def task_for(self, name: str) -> Task:
-        """The task named ``name``: the registered one, else a stand-in with default
-        options for a task this process has no handler for (remote workers, or
-        another app's workers, run it)."""
-        return self._registry.task_for(name)
-
     def enqueue(
         self,
         task: str,
@@ -288,7 +283,7 @@ class Conveyor:
         **options: Any,
     ) -> list[Job]:
         """Many jobs of one task by name, in one transaction (see ``Task.send_many``)."""
-        return self.task_for(task).send_many(items, **options)
+        return self._registry.task_for(task).send_many(items, **options)
 
     async def aenqueue(
         self,
@@ -302,6 +297,7 @@ class Conveyor:
 
     # -- jobs --------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job:
+        """The job, read now; ``JobNotFound`` if there is none."""
         return self._reads.get_job(job_id)
 
     async def aget_job(self, job_id: int) -> Job:
@@ -429,11 +425,13 @@ class Conveyor:
 
     # -- batches and chains ----------------------------------------------------------------
     def get_batch(self, batch_id: int) -> Batch:
+        """The batch, read now; ``JobNotFound`` if there is none."""
         return self._reads.get_batch(batch_id)
 
     def list_batches(
         self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
     ) -> list[Batch]:
+        """Batches (in ``state``, if given), newest first."""
         return self._reads.list_batches(state, limit, before_id)
 
     def batch_progress(self, batch_id: int) -> dict[str, int]:
@@ -471,6 +469,7 @@ class Conveyor:
         return Workflow(self.plumbing, name, idempotency_key)
 
     def get_workflow(self, workflow_id: int) -> WorkflowRun:
+        """A started workflow, to follow or wait on; ``JobNotFound`` if there is none."""
         return WorkflowRun(self.plumbing, self.plumbing.workflow_record(workflow_id).id)
 
     def list_workflows(
@@ -509,6 +508,7 @@ class Conveyor:
         self._queues.set_paused(name, True, force)
 
     def resume_queue(self, name: str, *, force: bool = False) -> None:
+        """Workers claim from the queue again."""
         self._queues.set_paused(name, False, force)
 
     def set_queue_limit(self, name: str, max_running: int | None, *, force: bool = False) -> None:

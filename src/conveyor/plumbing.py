@@ -33,7 +33,7 @@ from .records import (
     WorkflowNodeSpec,
     WorkflowRecord,
 )
-from .task import Payloads
+from .task import Payloads, Task
 
 
 class PlumbingHost(Protocol):
@@ -140,11 +140,15 @@ class Plumbing:
         producer: ProducerSide,
         events: EventsSide,
         actions: Actions,
+        task_for: Callable[[str], Task],
         settings: Callable[[], Mapping[str, TaskSettings]],
     ) -> None:
         self._host, self._producer, self._events = host, producer, events
         self._settings = settings
         self._actions = actions
+        #: the task named ``name``: the registered one, else a stand-in with default
+        #: options for a task this process has no handler for (remote workers run it)
+        self.task_for = task_for
 
     # -- handed to the app ------------------------------------------------------------------
     @property

@@ -36,15 +36,17 @@ class ProducerHost(Protocol):
     @property
     def middleware(self) -> Sequence[Middleware]: ...
 
-    def task_for(self, name: str) -> Task: ...
-
 
 class Producer:
     """Writes the jobs and batches of one app."""
 
-    def __init__(self, host: ProducerHost, serving: Serving) -> None:
+    def __init__(
+        self, host: ProducerHost, serving: Serving, task_for: Callable[[str], Task]
+    ) -> None:
         self._host = host
         self._serving = serving
+        #: the task named so: the registered one, else a stand-in (``Registry.task_for``)
+        self._task_for = task_for
 
     def enqueue(
         self,
@@ -55,7 +57,7 @@ class Producer:
     ) -> Job:
         """One job of the task named ``task`` (``Conveyor.enqueue``)."""
         conn = options.pop("conn", None)
-        insert = self._host.task_for(task).build(args, kwargs or {}, **options)
+        insert = self._task_for(task).build(args, kwargs or {}, **options)
         return self.insert_jobs([insert], conn=conn, payloads=[(args, kwargs or {})])[0]
 
     async def aenqueue(

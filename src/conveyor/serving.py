@@ -114,16 +114,21 @@ class ServingHost(Protocol):
     @property
     def reads(self) -> Backend: ...
 
-    def task_for(self, name: str) -> Task: ...
-
 
 class Serving:
     """The serving side of one app. ``opened`` gives the app's database if it
     is open, without opening it."""
 
-    def __init__(self, host: ServingHost, opened: Callable[[], Backend | None]) -> None:
+    def __init__(
+        self,
+        host: ServingHost,
+        opened: Callable[[], Backend | None],
+        task_for: Callable[[str], Task],
+    ) -> None:
         self._host = host
         self._opened = opened
+        #: the task named so: the registered one, else a stand-in (``Registry.task_for``)
+        self._task_for = task_for
         #: what this app's tasks declare sensitive, recorded whenever the database opens
         self.sensitive: dict[str, dict[str, int | None]] = {}
         self.state = self._fresh_state()
@@ -174,7 +179,7 @@ class Serving:
         return self.state.settings.all()
 
     def _settings_backoff_json(self, s: TaskSettings) -> str | None:
-        backoff = task_settings.settings_backoff(s, self._host.task_for(s.task).defaults.backoff)
+        backoff = task_settings.settings_backoff(s, self._task_for(s.task).defaults.backoff)
         return None if backoff is None else json.dumps(backoff.to_dict())
 
     def settle(self, inserts: Sequence[JobInsert]) -> Sequence[JobInsert]:
@@ -411,9 +416,7 @@ class Serving:
             if refused is not None or job is None:
                 results[o.job_id] = refused or OutcomeResult(o.job_id, False)
                 continue
-            finals.append(
-                (to_finalize(o, job, self._host.task_for(job.task).defaults.backoff), job)
-            )
+            finals.append((to_finalize(o, job, self._task_for(job.task).defaults.backoff), job))
         written = set(
             self.backend.job_finalize_many(worker_id=worker_id, outcomes=[f for f, _ in finals])
         )

@@ -68,7 +68,7 @@ def test_list_show_cancel_and_retry(app: Conveyor, db_url: str, invoke: Invoke) 
 
     # a run nobody runs: retry refused while it runs, cancel once, then refused
     waiting = app.workflow("idle")
-    waiting.add(app.task_for("nobody.runs.this").s())
+    waiting.add(app.plumbing.task_for("nobody.runs.this").s())
     idle = waiting.start().id
     refused = invoke("workflows", "retry", str(idle), url=db_url)
     assert refused.exit_code == 1 and "still running" in refused.output

@@ -131,7 +131,9 @@ router = APIRouter(tags=["asyncflow compatibility"])
 def tasks_out(app: Conveyor, jobs: Sequence[JobRecord]) -> list[dict[str, Any]]:
     return [
         serialize.asyncflow_task(
-            j, app.job_attempts(j.id), retry_cap_s=app.task_for(j.task).defaults.backoff.cap
+            j,
+            app.job_attempts(j.id),
+            retry_cap_s=app.plumbing.task_for(j.task).defaults.backoff.cap,
         )
         for j in jobs
     ]
@@ -248,7 +250,7 @@ def hold_task(
     s = app.serving.cached_task_settings().get(name)
     jobs = app.serving.claim(
         ctx.asyncflow_worker,
-        sorted({app.task_for(n).defaults.queue for n in names}),
+        sorted({app.plumbing.task_for(n).defaults.queue for n in names}),
         limit=limit or (s.batch_size if s and s.batch_size else 10),
         tasks=names,
         lease_s=deadline(ctx, name),

@@ -66,7 +66,7 @@ def create_job(body: JobCreate, response: Response, app: Facade, key: Idempotenc
         if options.get("idempotency_key") not in (None, key):
             raise ConfigError("idempotency_key: differs from the Idempotency-Key header; send one")
         options["idempotency_key"] = key
-    task = app.task_for(body.task)
+    task = app.plumbing.task_for(body.task)
     insert, fingerprint = fingerprinted(task.build(body.args, body.kwargs, **options), body)
     [job] = app.plumbing.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
     if job.created:
@@ -90,7 +90,7 @@ def create_jobs(body: JobsCreate, response: Response, app: Facade) -> Any:
     ``POST /v1/jobs`` does, and writes nothing."""
     inserts, payloads, prints = [], [], []
     for spec in body.jobs:
-        task = app.task_for(spec.task)
+        task = app.plumbing.task_for(spec.task)
         insert, fingerprint = fingerprinted(
             task.build(spec.args, spec.kwargs, **spec.send_options()), spec
         )

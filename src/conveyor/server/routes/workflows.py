@@ -97,7 +97,7 @@ def _node(
     after = [named(name, "after") for name in spec.after]
     over = None if spec.map_over is None else named(spec.map_over, "map_over")
     try:
-        task = app.task_for(spec.task)
+        task = app.plumbing.task_for(spec.task)
         options = {} if spec.options is None else spec.options.options()
         task.template(**options)
         step = Step(task, tuple(spec.args), dict(spec.kwargs), options)
