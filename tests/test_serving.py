@@ -62,21 +62,24 @@ def test_a_settings_change_reaches_waiting_jobs_but_not_explicit_options(app):
 
 # -- tokens ------------------------------------------------------------------------------------
 def test_tokens_are_hashed_checked_and_revoked(app, db_url):
-    assert not app.tokens_configured()
+    assert not app.serving.tokens_configured()
     token, text = app.create_token("worker", name="ci")
     assert text.startswith(f"cvy_{token.id}_") and token.scope == TokenScope.WORKER
-    assert app.tokens_configured()
-    assert app.authenticate(text).id == token.id
-    assert app.authenticate(text[:-1] + ("A" if text[-1] != "A" else "B")) is None
-    assert app.authenticate("cvy_nope_secret") is None and app.authenticate("Bearer x") is None
+    assert app.serving.tokens_configured()
+    assert app.serving.authenticate(text).id == token.id
+    assert app.serving.authenticate(text[:-1] + ("A" if text[-1] != "A" else "B")) is None
+    assert (
+        app.serving.authenticate("cvy_nope_secret") is None
+        and app.serving.authenticate("Bearer x") is None
+    )
     assert [t.id for t in app.tokens()] == [token.id]
-    assert app.revoke_token(token.id) and app.authenticate(text) is None
+    assert app.revoke_token(token.id) and app.serving.authenticate(text) is None
     assert not app.revoke_token(token.id)
     # a token existed: that stays a fact (servers stay closed), none is active
-    assert app.tokens_configured() and not app.tokens_active()
+    assert app.serving.tokens_configured() and not app.serving.tokens_active()
     other = Conveyor(db_url)  # another process on the database, with its own caches
     try:
-        assert other.tokens_configured() and not other.tokens_active()
+        assert other.serving.tokens_configured() and not other.serving.tokens_active()
     finally:
         other.close()
     with pytest.raises(ConfigError, match="scope must be one of"):
@@ -86,11 +89,11 @@ def test_tokens_are_hashed_checked_and_revoked(app, db_url):
 # -- remote leases -----------------------------------------------------------------------------
 def test_remote_claim_report_and_fencing(app):
     jobs = [app.enqueue("remote_task", [i]) for i in range(3)]
-    app.heartbeat_worker(remote())
-    claimed = app.claim("remote-1", ["default"], limit=10, tasks=["remote_task"])
+    app.serving.heartbeat_worker(remote())
+    claimed = app.serving.claim("remote-1", ["default"], limit=10, tasks=["remote_task"])
     assert sorted(j.id for j in claimed) == [j.id for j in jobs]
     a, b, c = sorted(claimed, key=lambda j: j.id)
-    results = app.report(
+    results = app.serving.report(
         "remote-1",
         [
             RemoteOutcome(a.id, a.lease_token, OutcomeKind.COMPLETE, result={"ok": 1}),
@@ -106,7 +109,9 @@ def test_remote_claim_report_and_fencing(app):
     assert app.get_job(a.id).result == {"ok": 1} and app.get_job(a.id).state == JobState.SUCCEEDED
     assert app.get_job(c.id).state == JobState.SCHEDULED
     assert app.get_job(b.id).state == JobState.RUNNING  # the wrong token changed nothing
-    again = app.report("remote-1", [RemoteOutcome(a.id, a.lease_token, OutcomeKind.COMPLETE)])
+    again = app.serving.report(
+        "remote-1", [RemoteOutcome(a.id, a.lease_token, OutcomeKind.COMPLETE)]
+    )
     assert again[0].reason == Refusal.FINISHED
     attempts = app.job_attempts(a.id)
     assert [(x.worker_id, x.outcome) for x in attempts] == [("remote-1", "succeeded")]
@@ -115,29 +120,33 @@ def test_remote_claim_report_and_fencing(app):
 def test_remote_next_stage_snooze_and_cancelled(app):
     job = app.enqueue("flow", stage="one", context={"n": 1})
     assert (job.stage, app.get_job(job.id).context) == ("one", {"n": 1})
-    app.heartbeat_worker(remote())
-    [held] = app.claim("remote-1", ["default"], limit=1)
-    [res] = app.report(
+    app.serving.heartbeat_worker(remote())
+    [held] = app.serving.claim("remote-1", ["default"], limit=1)
+    [res] = app.serving.report(
         "remote-1",
         [RemoteOutcome(held.id, held.lease_token, OutcomeKind.NEXT_STAGE, stage="two", context=2)],
     )
     assert res.accepted and res.state == JobState.AVAILABLE
     again = app.get_job(job.id)
     assert (again.stage, again.context, again.attempts) == ("two", 2, 0)
-    [held] = app.claim("remote-1", ["default"], limit=1)
+    [held] = app.serving.claim("remote-1", ["default"], limit=1)
     assert app.cancel_job(held.id) == "requested"
-    [res] = app.report("remote-1", [RemoteOutcome(held.id, held.lease_token, OutcomeKind.COMPLETE)])
+    [res] = app.serving.report(
+        "remote-1", [RemoteOutcome(held.id, held.lease_token, OutcomeKind.COMPLETE)]
+    )
     assert res.accepted and res.state == JobState.CANCELLED
 
 
 def test_a_timeout_becomes_the_remote_lease_deadline(app):
     app.set_task_settings("slow", max_processing_s=30)
     job = app.enqueue("slow")
-    app.heartbeat_worker(remote())
-    [held] = app.claim("remote-1", ["default"], limit=1)
+    app.serving.heartbeat_worker(remote())
+    [held] = app.serving.claim("remote-1", ["default"], limit=1)
     assert held.lease_expires_at is not None
     later = datetime.now(UTC) + timedelta(seconds=31)
     app.backend.worker_heartbeat(worker=remote(), now=later)  # still alive
     assert app.backend.job_rescue(worker_ttl_s=7, now=later).requeued == [job.id]
-    [res] = app.report("remote-1", [RemoteOutcome(held.id, held.lease_token, OutcomeKind.COMPLETE)])
+    [res] = app.serving.report(
+        "remote-1", [RemoteOutcome(held.id, held.lease_token, OutcomeKind.COMPLETE)]
+    )
     assert not res.accepted and res.reason == Refusal.LEASE_LOST

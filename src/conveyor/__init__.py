@@ -22,7 +22,7 @@ from .errors import (
     SerializationError,
     UnknownTask,
 )
-from .flow import Chain, ChainFailed, NextStage, Snooze
+from .flow import Chain, ChainApp, ChainFailed, NextStage, Snooze, start_chain
 from .hooks import Fail, Middleware, Retry
 from .job import Attempt, Job
 from .records import (
@@ -110,5 +110,6 @@ def chain(*steps: Step | Task, conn: object = None) -> Chain:
     if not steps:
         raise ConfigError("a chain needs at least one step")
     first = steps[0]
-    app = cast(Conveyor, first.task.app if isinstance(first, Step) else first.app)
-    return app.chain(*steps, conn=conn)
+    # a task is bound to its app's plumbing (``Conveyor.plumbing``), a ChainApp too
+    app = cast(ChainApp, first.task.app if isinstance(first, Step) else first.app)
+    return start_chain(app, steps, conn=conn)

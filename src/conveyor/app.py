@@ -1,20 +1,20 @@
 """The façade: the one door producers, workers, the CLI, the server, the
 dashboard and integrations go through. ``Conveyor`` inherits nothing: it owns
 one helper per concern (``database``, ``registry``, ``producing``, ``events``,
-``actions``, ``queues``, ``diagnosis``, ``serving``), each typed by a Protocol
-of what it calls on the app, and its public methods hand over to them."""
+``actions``, ``queues``, ``diagnosis``, ``serving``, ``plumbing``), each typed
+by a Protocol of what it calls on the app, and its public methods hand over to
+them. What only Conveyor's own parts call is not here: the server and the
+runtime use ``app.serving``, the handles ``app.plumbing``."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from .actions import Actions
-from .backends import waits
 from .backends.interfaces import Backend
 from .batch import Batch
 from .checks import DEFAULT_RETENTION, check_id, check_retention, check_tuning, make_filter
@@ -22,12 +22,12 @@ from .cron import Periodic
 from .database import Database, Replica
 from .diagnosis import Diagnosis
 from .durable import emit
-from .errors import ConfigError, JobNotFound
+from .errors import ConfigError
 from .events import Events
 from .flow import Chain, start_chain
 from .hooks import Middleware, check_middleware
 from .job import Job
-from .outcomes import OutcomeResult, RemoteOutcome
+from .plumbing import Plumbing
 from .producing import Producer
 from .queues import QueueControl
 from .reading import Reads
@@ -39,29 +39,20 @@ from .records import (
     Change,
     ChangeCursor,
     Emitted,
-    Heartbeat,
     JobFilter,
-    JobInsert,
     JobRecord,
-    Lease,
-    NodeState,
     QueueCount,
     QueueInfo,
     TaskSettings,
     WorkerInfo,
-    WorkflowNode,
-    WorkflowNodeSpec,
     WorkflowRecord,
     WorkflowState,
 )
 from .registry import Registry
 from .retry import Backoff
 from .serving import Serving
-from .task import P, Payloads, R, Step, Task, TaskDecorator, check_queue_name
+from .task import P, R, Step, Task, TaskDecorator, check_queue_name
 from .workflow import Workflow, WorkflowRun
-
-if TYPE_CHECKING:
-    from .runtime.service import Services
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 
@@ -111,17 +102,27 @@ class Conveyor:
         self.middleware: list[Middleware] = []
         for m in middleware:
             self.add_middleware(m)
-        #: the helpers the façade's methods hand over to, one per concern
-        self._serving = Serving(self, lambda: self._db.opened)
-        self._db = Database(self, self._serving.open_sensitive)
+        #: the helpers the façade's methods hand over to, one per concern; ``serving``
+        #: is also the door of the server and the runtime to tokens and remote workers
+        self._registry = Registry(self)
+        self.serving = Serving(self, lambda: self._db.opened, self._registry.task_for)
+        self._db: Database = Database(self, self.serving.open_sensitive)
         self._replica = Database(Replica(self), lambda backend: None)
         self._events = Events(self)
         self._actions = Actions(self)
         self._diagnosis = Diagnosis(self)
-        self._producer = Producer(self, self._serving)
-        self._registry = Registry(self)
+        self._producer = Producer(self, self.serving, self._registry.task_for)
         self._queues = QueueControl(self)
-        self._reads = Reads(self, self._serving.before_shown)
+        self._reads = Reads(self, self.serving.before_shown)
+        #: what the handles (tasks, jobs, batches, chains, workflows) are bound to
+        self.plumbing = Plumbing(
+            self,
+            self._producer,
+            self._events,
+            self._actions,
+            self._registry.task_for,
+            lambda: self.serving.cached_task_settings(),
+        )
 
     def __repr__(self) -> str:
         return f"<Conveyor {self.url} tasks={sorted(self.tasks)}>"
@@ -129,44 +130,27 @@ class Conveyor:
     # -- database --------------------------------------------------------------------
     @property
     def backend(self) -> Backend:
-        """The database seam. For the façade's own use and the runtime's; clients
-        (CLI, server, integrations) call the façade's methods instead."""
+        """The database seam, for the façade, its helpers and the runtime only."""
         return self._db.get()
 
     @property
     def reads(self) -> Backend:
-        """Where lists, counts, metrics and event streams are read: the replica at
-        ``read_url`` if there is one (opened on first use, never migrated), else
-        the primary. A job or batch read by id, and every write, go to the primary."""
+        """Where lists, counts and streams are read: the replica at ``read_url``, else
+        the primary (Operations: Deployment)."""
         return self._replica.get() if self.read_url else self.backend
 
     def replica_lag(self) -> float | None:
-        """How many seconds the replica's data trails the primary's (0 when it has
-        replayed all it received); None without a replica, or where the database
-        cannot tell (SQLite, MySQL)."""
+        """Seconds the replica trails the primary; None without one or on SQLite, MySQL."""
         return self.reads.replica_lag() if self.read_url else None
 
     def connect(self, *, wait_s: float = 0.0) -> None:
-        """Open the database now (migrating it, or checking its schema). One that
-        does not answer yet (``DatabaseUnavailable.transient``: refused, starting
-        up, restarting) is tried again with backoff for up to ``wait_s`` seconds,
-        said once in the log; any other error, or one past that time, is raised.
-        What ``conveyor worker`` and ``conveyor server`` do at start
-        (``--wait-for-database``)."""
+        """Open (and migrate) the database now; one not answering yet (a transient
+        ``DatabaseUnavailable``) is tried again for ``wait_s`` s (``--wait-for-database``)."""
         self._db.connect(wait_s)
 
     def migrate(self) -> list[int]:
         """Apply pending migrations (refusing a newer schema); return the versions applied."""
         return self._db.migrate()
-
-    def bounded_waits(self, seconds: float) -> AbstractContextManager[None]:
-        """Within this block, and the threads it hands calls to through asyncio or
-        anyio, a call waits at most ``seconds`` for a database connection (a free
-        one from PostgreSQL's pool, a new one to MySQL), then raises
-        ``DatabaseUnavailable``: a server's request handler answers 503 at once
-        while the database is down, instead of after the pool's 30 s. Outside
-        it, calls wait as long as they always did (workers, which retry)."""
-        return waits.bounded(seconds)
 
     def schema_version(self) -> tuple[int, int]:
         """(the database's schema version, the newest this code knows)."""
@@ -174,7 +158,7 @@ class Conveyor:
 
     def close(self) -> None:
         self._events.reset()
-        self._serving.reset()
+        self.serving.reset()
         self._db.close()
         self._replica.close()
 
@@ -235,16 +219,8 @@ class Conveyor:
         tenant_key: str | Callable[..., str] | None = None,
         sensitive: Sequence[str] = (),
     ) -> Task | TaskDecorator:
-        """Register a handler (sync or async) as a task. ``@app.task`` or ``@app.task(...)``.
-
-        ``retry_on``: exceptions that are retried; any other, or ``conveyor.Permanent``,
-        fails the job at once; ``classify(exc, job)`` may decide otherwise per exception.
-        ``concurrency_key`` + ``concurrency_limit``, ``rate_limit`` (``"100/m"``) with
-        ``rate_burst`` and ``rate_key``: limits shared by every worker. ``pinned_to``:
-        worker ids or tags that may run the jobs. ``tenant_key``: a parameter stored as
-        the job's tenant. ``sensitive``: parameters every view shows as ``***``. The
-        guides (Tasks, Flow control, Hooks) tell each option in full.
-        """
+        """Register a handler (sync or async) as a task: ``@app.task`` or ``@app.task(...)``;
+        the guides (Tasks, Flow control, Hooks) tell each option."""
         return self._registry.task(
             fn,
             name,
@@ -265,9 +241,6 @@ class Conveyor:
             tenant_key=tenant_key,
         )
 
-    def get_task(self, name: str) -> Task | None:
-        return self.tasks.get(name)
-
     def periodic(
         self,
         cron: str,
@@ -281,17 +254,8 @@ class Conveyor:
         grace_s: float = 60.0,
         **task_options: Any,
     ) -> Callable[[Callable[..., Any] | Task], Task]:
-        """Run a task on a cron schedule: ``@app.periodic("*/5 * * * *", timezone="Europe/Paris")``.
-
-        Registers the function as a task (``task_options`` go to ``app.task``; an
-        existing ``Task`` of this app is scheduled as it is) and returns the Task.
-        Every worker enqueues due ticks under one idempotency key per tick, so each
-        tick is one job however many workers run. Missed ticks: ``missed="skip"``
-        runs those at most ``grace_s`` old; ``catch_up=N`` the N most recent.
-        ``name`` (default: the function's) names the schedule, its keys and the new
-        task; with an existing task, only the schedule.
-        """
-
+        """Run a task on a cron schedule: ``@app.periodic("*/5 * * * *")``; the
+        Periodic guide tells the options (``missed``, ``catch_up``, ``grace_s``...)."""
         schedule: dict[str, Any] = {"cron": cron, "timezone": timezone, "args": args}
         schedule.update(kwargs=kwargs, missed=missed, catch_up=catch_up, grace_s=grace_s)
         return self._registry.periodic(name, schedule, task_options, lambda **o: self.task(**o))
@@ -301,26 +265,6 @@ class Conveyor:
         self.middleware.append(check_middleware(middleware))
 
     # -- producing -------------------------------------------------------------------
-    def insert_jobs(
-        self,
-        inserts: Sequence[JobInsert],
-        *,
-        conn: Any = None,
-        payloads: Payloads | None = None,
-    ) -> list[Job]:
-        """Write prepared jobs; returns handles in input order (``Producer.insert_jobs``)."""
-        return self._producer.insert_jobs(inserts, conn=conn, payloads=payloads)
-
-    def insert_stream(self, chunks: Iterable[tuple[Sequence[JobInsert], Payloads]]) -> list[Job]:
-        """Write jobs without keys or limits, streamed (``Producer.insert_stream``)."""
-        return self._producer.insert_stream(chunks)
-
-    def task_for(self, name: str) -> Task:
-        """The task named ``name``: the registered one, else a stand-in with default
-        options for a task this process has no handler for (remote workers, or
-        another app's workers, run it)."""
-        return self._registry.task_for(name)
-
     def enqueue(
         self,
         task: str,
@@ -328,10 +272,8 @@ class Conveyor:
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue one job by task name (the CLI and the HTTP API use this). A task
-        with no handler here is enqueued with default options; its arguments are
-        checked against the handler only when it is registered. Options are those
-        of ``send()``, plus ``tenant``."""
+        """One job by task name (a task with no handler here gets default options);
+        the options of ``send()``, plus ``tenant``."""
         return self._producer.enqueue(task, args, kwargs, options)
 
     def enqueue_many(
@@ -341,7 +283,7 @@ class Conveyor:
         **options: Any,
     ) -> list[Job]:
         """Many jobs of one task by name, in one transaction (see ``Task.send_many``)."""
-        return self.task_for(task).send_many(items, **options)
+        return self._registry.task_for(task).send_many(items, **options)
 
     async def aenqueue(
         self,
@@ -355,6 +297,7 @@ class Conveyor:
 
     # -- jobs --------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job:
+        """The job, read now; ``JobNotFound`` if there is none."""
         return self._reads.get_job(job_id)
 
     async def aget_job(self, job_id: int) -> Job:
@@ -369,24 +312,9 @@ class Conveyor:
         primary: bool = False,
         **fields: Any,
     ) -> list[Job]:
-        """Jobs matching ``filter`` (or the same fields as keywords: ``state=``,
-        ``queue=``, ``task=`` are accepted as singular aliases), newest first.
-        ``before_id``: the last id of the previous page. Read from the replica
-        when there is one (``read_url``), unless ``primary``: a read that must
-        see what was just written."""
+        """Jobs matching ``filter`` (or its fields as keywords), newest first, after the
+        page ending at ``before_id``; from the replica if any, unless ``primary``."""
         return self._reads.list_jobs(filter, limit, before_id, primary, **fields)
-
-    async def alist_jobs(
-        self,
-        filter: JobFilter | None = None,
-        *,
-        limit: int = 50,
-        before_id: int | None = None,
-        **fields: Any,
-    ) -> list[Job]:
-        return await asyncio.to_thread(
-            self.list_jobs, filter, limit=limit, before_id=before_id, **fields
-        )
 
     def count_jobs(
         self, filter: JobFilter | None = None, *, cap: int | None = None, **fields: Any
@@ -411,14 +339,6 @@ class Conveyor:
         """The job's result once it succeeds; ``JobFailed`` if it failed or was cancelled."""
         return (await self.await_job(job_id, timeout)).result_or_raise()
 
-    def wait_for_change(self, generation: int, timeout: float) -> None:
-        """Block until the database hints at a change after ``generation``
-        (``change_generation()``), at most ``timeout`` (and at most a second)."""
-        self._events.waiter.wait(generation, timeout)
-
-    def change_generation(self) -> int:
-        return self._events.waiter.generation
-
     # -- events (events.py) --------------------------------------------------------------
     def changes(
         self,
@@ -429,10 +349,8 @@ class Conveyor:
         limit: int = 500,
         **fields: Any,
     ) -> tuple[list[Change], ChangeCursor]:
-        """Changes of jobs (matching the filter) and batches after the event id
-        ``after`` (``None``: from now), in commit order; and the cursor to read
-        from next. Reading again from that cursor misses nothing and repeats
-        nothing, for as long as the changed rows are kept."""
+        """Changes of jobs and batches after the event id ``after`` (``None``: now), in
+        commit order, and the cursor to read on from (missing and repeating nothing)."""
         return self._events.changes(after, filter, batches=batches, limit=limit, **fields)
 
     def stream_events(
@@ -447,48 +365,20 @@ class Conveyor:
         debounce_s: float = 0.025,
         **fields: Any,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Events (``serialize.change`` shapes) as they happen, from the event id
-        ``after`` (``None``: from now), woken by the database's hints (a burst of
-        changes costs a read per ``debounce_s``, not one per change) and polling
-        once a second as the safety net. With ``progress``, each batch whose jobs
-        changed gets a ``batch.progress`` event after them. Ends after the batch
-        ``until_batch_closed`` closes; followed from now, that batch's stream starts
-        with its progress so far (and ends there if it is closed already). Never
-        blocks the event loop.
-
-        Each job and batch is given as its latest change left it: a stream that
-        falls behind (or resumes later) skips the states a job has since left."""
+        """``changes`` as they happen, as ``serialize.change`` shapes, without blocking
+        the event loop; ends once the batch ``until_batch_closed`` closes (Observability)."""
         return self._events.stream_events(
-            after, filter, batches, progress, until_batch_closed, limit, debounce_s, **fields
-        )
-
-    def stream_event_pages(
-        self,
-        after: str | None = None,
-        filter: JobFilter | None = None,
-        *,
-        batches: bool = True,
-        progress: bool = True,
-        until_batch_closed: int | None = None,
-        limit: int = 500,
-        debounce_s: float = 0.025,
-        **fields: Any,
-    ) -> AsyncIterator[list[dict[str, Any]]]:
-        """``stream_events`` a page at a time (``Events.stream_event_pages``)."""
-        return self._events.stream_event_pages(
             after, filter, batches, progress, until_batch_closed, limit, debounce_s, **fields
         )
 
     # -- operator actions on jobs --------------------------------------------------------
     def retry_job(self, job_id: int) -> bool:
-        """A failed or cancelled job runs again (one more attempt allowed). False if
-        the job is in any other state."""
+        """A failed or cancelled job runs again (one more attempt); False otherwise."""
         return self._actions.retry_job(job_id)
 
     def cancel_job(self, job_id: int) -> str | None:
-        """Cancel a job wherever it is: ``JobState.CANCELLED`` if it had not started,
-        ``"requested"`` if it is running (its worker cancels it at its next
-        heartbeat), ``None`` if it had already finished."""
+        """``JobState.CANCELLED`` if it had not started, ``"requested"`` if it runs (its
+        worker cancels it at its next heartbeat), ``None`` if it had finished."""
         return self._actions.cancel_job(job_id)
 
     def delete_job(self, job_id: int) -> bool:
@@ -515,8 +405,7 @@ class Conveyor:
         progress: Callable[[int], None] | None = None,
         **fields: Any,
     ) -> BulkResult:
-        """Cancel every unfinished job matching the filter: waiting ones now, running
-        ones at their worker's next heartbeat."""
+        """Cancel every unfinished job matching the filter (running ones: as ``cancel_job``)."""
         return self._actions.cancel_jobs(filter, dry_run=dry_run, progress=progress, **fields)
 
     def delete_jobs(
@@ -530,65 +419,20 @@ class Conveyor:
         """Delete every job matching the filter that is not running, with its attempts."""
         return self._actions.delete_jobs(filter, dry_run=dry_run, progress=progress, **fields)
 
-    def start_bulk(
-        self, action: str, filter: JobFilter, *, actor: str | None = None
-    ) -> ActionRecord:
-        """Run ``retry``, ``cancel`` or ``delete`` of every job matching ``filter`` in
-        the background (a thread of this process), in the same bounded transactions as
-        ``retry_jobs`` and the others, recording who asked, what it matched and how
-        far it got (``bulk_action``, ``bulk_actions``: the audit log)."""
-        return self._actions.start_bulk(action, filter, actor=actor)
-
-    def bulk_method(self, action: str) -> Callable[..., BulkResult]:
-        """``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, by the action's name."""
-        return self._actions.bulk_method(action)
-
-    def bulk_action(self, action_id: str) -> ActionRecord:
-        return self._actions.bulk_action(action_id)
-
     def bulk_actions(self, *, limit: int = 50) -> list[ActionRecord]:
         """The audit log of bulk actions, newest first."""
         return self._actions.bulk_actions(limit=limit)
 
     # -- batches and chains ----------------------------------------------------------------
     def get_batch(self, batch_id: int) -> Batch:
+        """The batch, read now; ``JobNotFound`` if there is none."""
         return self._reads.get_batch(batch_id)
 
     def list_batches(
         self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
     ) -> list[Batch]:
+        """Batches (in ``state``, if given), newest first."""
         return self._reads.list_batches(state, limit, before_id)
-
-    def create_batch(
-        self,
-        *,
-        name: str | None,
-        task: str,
-        idempotency_key: str | None,
-        on_complete_json: str | None,
-        jobs: Sequence[JobInsert],
-        conn: Any = None,
-        fingerprint: str | None = None,
-    ) -> tuple[int, bool]:
-        """The batch row and its jobs in one transaction (``Task.batch`` builds them,
-        and the ``fingerprint`` of what it was asked for, kept with the key)."""
-        return self._producer.create_batch(
-            name, task, idempotency_key, on_complete_json, jobs, conn, fingerprint
-        )
-
-    def create_batch_stream(
-        self,
-        *,
-        name: str | None,
-        task: str,
-        on_complete_json: str | None,
-        total: int,
-        chunks: Callable[[int], Iterable[Sequence[JobInsert]]],
-    ) -> int:
-        """``create_batch``, streamed (``Producer.create_batch_stream``)."""
-        return self._producer.create_batch_stream(
-            name=name, task=task, on_complete_json=on_complete_json, total=total, chunks=chunks
-        )
 
     def batch_progress(self, batch_id: int) -> dict[str, int]:
         """Jobs of the batch per state (from the per-batch counts the database keeps)."""
@@ -612,24 +456,21 @@ class Conveyor:
         """One more attempt for each failed job of the batch; it reopens."""
         return self.backend.batch_retry_failed(batch_id=check_id(batch_id, "batch"))
 
-    def append_to_chain(self, job_id: int, steps_json: str) -> bool:
-        """Add steps after a chain's last job; False if it was advanced meanwhile."""
-        return self.backend.job_chain_append(job_id=check_id(job_id, "job"), steps_json=steps_json)
-
     def chain(self, *steps: Step | Task, conn: Any = None) -> Chain:
         """Run steps one after another, each receiving the previous result."""
-        return start_chain(self, steps, conn=conn)
+        return start_chain(self.plumbing, steps, conn=conn)
 
     def get_chain(self, chain_id: int) -> Chain:
-        return Chain(self, int(chain_id))
+        return Chain(self.plumbing, int(chain_id))
 
     # -- workflows (workflow.py) ---------------------------------------------------------
     def workflow(self, name: str, *, idempotency_key: str | None = None) -> Workflow:
         """A graph to declare (``.add``, ``.map``) and then ``.start()``."""
-        return Workflow(self, name, idempotency_key)
+        return Workflow(self.plumbing, name, idempotency_key)
 
     def get_workflow(self, workflow_id: int) -> WorkflowRun:
-        return WorkflowRun(self, self.workflow_record(workflow_id).id)
+        """A started workflow, to follow or wait on; ``JobNotFound`` if there is none."""
+        return WorkflowRun(self.plumbing, self.plumbing.workflow_record(workflow_id).id)
 
     def list_workflows(
         self, *, state: str | None = None, limit: int = 50, before_id: int | None = None
@@ -640,53 +481,15 @@ class Conveyor:
             raise ConfigError(f"state: unknown workflow state {state!r}; states are: {names}")
         return self.reads.workflow_list(state=state, limit=limit, before_id=before_id)
 
-    def start_workflow(
-        self,
-        name: str,
-        nodes: Sequence[WorkflowNodeSpec],
-        *,
-        idempotency_key: str | None = None,
-        fingerprint: str | None = None,
-        conn: Any = None,
-    ) -> tuple[int, bool]:
-        """The rows of ``Workflow.start()``: (its id, whether it was created now)."""
-        return self.backend.workflow_create(
-            name=name,
-            nodes=nodes,
-            idempotency_key=idempotency_key,
-            fingerprint=fingerprint,
-            conn=conn,
+    def cancel_workflow(self, workflow_id: int) -> bool:
+        """Cancel its nodes not started and its running jobs; ``False`` if it had ended."""
+        return self.backend.workflow_cancel(
+            workflow_id=self.plumbing.workflow_record(workflow_id).id
         )
 
-    def workflow_record(self, workflow_id: int) -> WorkflowRecord:
-        record = self.backend.workflow_get(workflow_id=check_id(workflow_id, "workflow"))
-        if record is None:
-            raise JobNotFound(f"no workflow with id {workflow_id}")
-        return record
-
-    def workflow_nodes(self, workflow_id: int) -> list[WorkflowNode]:
-        return self.backend.workflow_nodes(workflow_id=check_id(workflow_id, "workflow"))
-
-    def workflow_items(self, workflow_id: int, node: int) -> list[WorkflowNode]:
-        wid = check_id(workflow_id, "workflow")
-        return self.backend.workflow_items(workflow_id=wid, node=int(node))
-
-    def workflow_item_counts(self, workflow_id: int, node: int) -> dict[str, int]:
-        """A map node's items per state (every node state, 0 for none)."""
-        wid = check_id(workflow_id, "workflow")
-        found = self.backend.workflow_item_counts(workflow_id=wid, node=int(node))
-        return {s.value: found.get(s.value, 0) for s in NodeState}
-
-    def cancel_workflow(self, workflow_id: int) -> bool:
-        """Cancel the nodes not started and the running ones' jobs; ``False`` if the
-        workflow had ended."""
-        return self.backend.workflow_cancel(workflow_id=self.workflow_record(workflow_id).id)
-
     def retry_workflow(self, workflow_id: int) -> int:
-        """Run a failed or cancelled workflow's failed, cancelled and skipped nodes
-        again (a map: its items that did not succeed); what succeeded is kept. The
-        number of nodes run again. ``ConfigError`` while it runs."""
-        record = self.workflow_record(workflow_id)
+        """Run an ended workflow's nodes that did not succeed again (the Workflows guide)."""
+        record = self.plumbing.workflow_record(workflow_id)
         if record.state == WorkflowState.RUNNING:
             raise ConfigError(f"workflow {record.id} is still running: cancel it or let it end")
         return self.backend.workflow_retry(workflow_id=record.id)
@@ -700,35 +503,22 @@ class Conveyor:
         """Jobs per queue, task and state (a rollup kept as jobs change: no scan)."""
         return self.reads.queue_counts()
 
-    def oldest_waiting(self) -> dict[str, datetime]:
-        """Per queue with jobs waiting, when its oldest due job became due."""
-        return self.reads.queue_oldest_waiting()
-
-    def open_batches(self) -> int:
-        return self.reads.batch_count_open()
-
-    def batch_first_finished(self, batch_id: int) -> datetime | None:
-        """When the batch's first job finished (its first result)."""
-        return self.reads.batch_first_finished(batch_id=check_id(batch_id, "batch"))
-
     def pause_queue(self, name: str, *, force: bool = False) -> None:
         """No worker claims from a paused queue; running jobs finish."""
         self._queues.set_paused(name, True, force)
 
     def resume_queue(self, name: str, *, force: bool = False) -> None:
+        """Workers claim from the queue again."""
         self._queues.set_paused(name, False, force)
 
     def set_queue_limit(self, name: str, max_running: int | None, *, force: bool = False) -> None:
-        """At most ``max_running`` jobs of queue ``name`` run at once across every
-        worker (``None`` removes the limit). Workers apply a change within a second."""
+        """At most ``max_running`` jobs of the queue run at once (the Flow control guide)."""
         self._queues.set_limit(name, max_running, force)
 
     def set_queue_rate_limit(
         self, name: str, rate_limit: str | None, burst: float | None = None, *, force: bool = False
     ) -> None:
-        """A token bucket for the whole queue, e.g. ``"100/m"``, shared by every
-        worker; ``burst`` tokens at most (default one second's worth, at least 1).
-        ``None`` removes it. Workers apply a change within a second."""
+        """A rate limit for the whole queue, e.g. ``"100/m"`` (the Flow control guide)."""
         self._queues.set_rate_limit(name, rate_limit, burst, force)
 
     # -- workers -----------------------------------------------------------------------------
@@ -744,140 +534,52 @@ class Conveyor:
         return self.backend.worker_request_stop(worker_id=worker_id)
 
     def unserved(self, *, worker_ttl_s: float = 7.0) -> list[QueueCount]:
-        """Waiting jobs that no live worker can run (no live worker takes their
-        queue and task), per queue and task: they wait, visibly, until one does."""
+        """Waiting jobs no live worker takes (their queue and task), per queue and task."""
         return self._diagnosis.unserved(worker_ttl_s=worker_ttl_s)
 
     def why_waiting(self, job_id: int, *, worker_ttl_s: float = 7.0) -> list[str]:
-        """Why a job that waits is not running, read from the engine's own state: a
-        paused queue, a full limit, a later time, pinning to workers that are not
-        alive, a chain step before it, no live worker for its queue and task. Empty
-        when the job runs, has ended, or nothing holds it back."""
+        """Why a waiting job does not run yet, from the engine's own state; empty when
+        nothing holds it back (the Flow control and Troubleshooting pages)."""
         return self._diagnosis.why_waiting(job_id, worker_ttl_s=worker_ttl_s)
 
     # -- serving: settings, tokens, remote workers (serving.py) -------------------------
     def task_settings(self) -> list[TaskSettings]:
         """The settings of every task type that has some, by name."""
-        return self._serving.task_settings()
+        return self.serving.task_settings()
 
     def get_task_settings(self, name: str) -> TaskSettings:
         """The task type's settings (every field ``None`` if it has none)."""
-        return self._serving.get_task_settings(name)
+        return self.serving.get_task_settings(name)
 
     def set_task_settings(self, name: str, **fields: Any) -> TaskSettings:
-        """Change some settings of task type ``name`` (``None`` unsets one) and apply
-        them to its waiting jobs that were not sent with their own values; every
-        worker runs those with the new values from its next claim, and producers use
-        them for new jobs within ``settings.CACHE_S`` seconds. Returns the settings."""
-        return self._serving.set_task_settings(name, **fields)
+        """Change settings of task type ``name`` (``None`` unsets one), its waiting jobs'
+        too; returns the settings (the Server guide)."""
+        return self.serving.set_task_settings(name, **fields)
 
     def delete_task_settings(self, name: str) -> bool:
         """Forget the task type's settings (its waiting jobs keep their values)."""
-        return self._serving.delete_task_settings(name)
-
-    def cached_task_settings(self) -> Mapping[str, TaskSettings]:
-        """Every task type's settings, as producers see them (at most
-        ``settings.CACHE_S`` seconds old)."""
-        return self._serving.cached_task_settings()
+        return self.serving.delete_task_settings(name)
 
     def hide_arguments(self, task: str, parameters: Mapping[str, int | None]) -> None:
-        """Every view of ``task``'s jobs hides these arguments (``***``), and searches
-        skip them, in every process on the database: name -> its position among
-        the positional parameters, or None. ``@app.task(sensitive=)`` calls this; call
-        it for a task this app does not register (one remote workers run)."""
-        return self._serving.hide_arguments(task, parameters)
+        """Every view hides these arguments of ``task``'s jobs (name -> position or None),
+        as ``@app.task(sensitive=)`` does: for a task only remote workers run."""
+        return self.serving.hide_arguments(task, parameters)
 
     def create_token(self, scope: str, *, name: str | None = None) -> tuple[ApiToken, str]:
-        """A new API token; returns it and its secret text (``cvy_<id>_<secret>``),
-        which is shown once: only a SHA-256 of the secret is stored."""
-        return self._serving.create_token(scope, name=name)
+        """A new API token and its secret text (``cvy_<id>_<secret>``), shown this once."""
+        return self.serving.create_token(scope, name=name)
 
     def tokens(self) -> list[ApiToken]:
         """Every token (revoked ones too); never their secrets."""
-        return self._serving.tokens()
+        return self.serving.tokens()
 
     def revoke_token(self, token_id: str) -> bool:
-        """False if there is no such active token. Servers of other processes
-        stop accepting it within ``AUTH_CACHE_S`` seconds."""
-        return self._serving.revoke_token(token_id)
-
-    def authenticate(self, text: str) -> ApiToken | None:
-        """The active token ``text`` is, or ``None``. Secrets are compared as hashes,
-        in constant time; a token is looked up by its id at most every few seconds."""
-        return self._serving.authenticate(text)
-
-    def tokens_configured(self) -> bool:
-        """Whether any token was ever created, revoked or not (re-read at most every
-        few seconds while none was). Revoked tokens stay as rows, so this fact lives
-        in the database, shared by every server on it and kept across restarts: once
-        true, a server requires tokens even after the last one is revoked."""
-        return self._serving.tokens_configured()
-
-    def tokens_active(self) -> bool:
-        """Whether any token is active (not revoked); re-read at most every few seconds."""
-        return self._serving.tokens_active()
-
-    def heartbeat_worker(self, worker: WorkerInfo) -> Heartbeat:
-        """Record a remote worker as alive (registering it on first call): it keeps
-        the jobs it holds as long as it heartbeats, like an in-process worker."""
-        return self._serving.heartbeat_worker(worker)
-
-    def claim(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        *,
-        limit: int,
-        tasks: Sequence[str] | None = None,
-        tags: Sequence[str] = (),
-        lease_s: float | None = None,
-    ) -> list[JobRecord]:
-        """Claim up to ``limit`` jobs for a worker outside this process, each with its
-        lease token. The worker keeps them while it heartbeats; a job with a timeout
-        (its own, or its task's ``max_processing_s``) must also end within it, and
-        ``lease_s`` is the deadline of the others (clients that never heartbeat)."""
-        return self._serving.claim(worker_id, queues, limit, tasks, tags, lease_s)
-
-    def extend_deadline(self, job_id: int, token: str, seconds: float) -> bool:
-        """Move a held job's deadline to ``seconds`` from now; False if the lease is lost."""
-        return self._serving.extend_deadline(job_id, token, seconds)
-
-    def release(self, worker_id: str, leases: Sequence[Lease]) -> list[int]:
-        """Give held jobs back without using their attempt (a worker shutting down).
-        ``Conflict`` if another worker holds one under its token: nothing is released
-        (the token fences the write; the worker is checked, as for outcomes)."""
-        return self._serving.release(worker_id, leases)
-
-    def report(self, worker_id: str, outcomes: Sequence[RemoteOutcome]) -> list[OutcomeResult]:
-        """Record how remote attempts ended, fenced by their lease tokens exactly as
-        in-process outcomes are. Returns one result per outcome, in order; a refused
-        one changed nothing and says why (lease lost, cancelled, ...)."""
-        return self._serving.report(worker_id, outcomes)
-
-    def work_generation(self) -> int:
-        """Moves whenever the database hints at new work (jobs inserted, retried,
-        made available): read it before claiming, wait for it to move after."""
-        return self._serving.work_generation()
-
-    async def await_work(self, generation: int, timeout: float) -> None:
-        """Wait without blocking the event loop until a work hint after
-        ``generation``, or ``timeout`` (at most a second: hints may be lost)."""
-        return await self._serving.await_work(generation, timeout)
-
-    def cluster_services(self, holder: str, *, worker_ttl_s: float = 7.0) -> Services:
-        """The leader-elected cluster services (rescuing the jobs of dead workers,
-        scheduling, batches and chains, cron), for a process that runs no worker:
-        ``conveyor server`` serving only remote workers still needs them."""
-        # imported here, not above: a process that only sends jobs never loads the runtime
-        from .runtime.host import cluster_services
-
-        return cluster_services(self, holder, worker_ttl_s=worker_ttl_s).services
+        """False if there is no such active token; every server refuses it within 2 s."""
+        return self.serving.revoke_token(token_id)
 
     # -- durable steps' events (durable.py) ------------------------------------------------
     def emit_event(self, key: str, payload: Any = None) -> Emitted:
-        """Wake the jobs waiting in ``wait_for_event(key)``, now or later (the event
-        is kept: a wait after it returns at once). The first payload for a key wins:
-        a later emit changes nothing and returns ``created=False``."""
+        """Wake the jobs in ``wait_for_event(key)``, now or later; the first payload wins."""
         return emit(self.backend, key, payload)
 
     async def aemit_event(self, key: str, payload: Any = None) -> Emitted:
@@ -888,8 +590,7 @@ class Conveyor:
     def prune(
         self, *, dry_run: bool = False, retention: dict[str, float | None] | None = None
     ) -> dict[str, int]:
-        """Apply retention now: finished jobs older than their state's retention go,
-        in small batches. ``dry_run`` only counts them."""
+        """Apply retention now (``dry_run``: only count what would go)."""
         keep = {**self.retention, **check_retention(retention or {})}
         return self._actions.prune(keep, dry_run=dry_run)
 

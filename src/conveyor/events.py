@@ -42,6 +42,12 @@ class Events:
         self._host = host
         self.waiter = ChangeWaiter(lambda: host.backend)
 
+    def change_generation(self) -> int:
+        return self.waiter.generation
+
+    def wait_for_change(self, generation: int, timeout: float) -> None:
+        self.waiter.wait(generation, timeout)
+
     def reset(self) -> None:
         """The app closed its database: a new waiter, opened again on first use."""
         self.waiter.close()

@@ -22,9 +22,13 @@ from .serving import Serving
 from .task import Payloads, Task
 
 
-class ProducerHost(JobApp, Protocol):
-    """What the producer calls on the app (``Conveyor`` is one), which is also
-    the app the handles it returns are bound to."""
+class ProducerHost(Protocol):
+    """What the producer calls on the app (``Conveyor`` is one)."""
+
+    @property
+    def plumbing(self) -> JobApp:
+        """What the handles the producer returns are bound to."""
+        ...
 
     @property
     def backend(self) -> Backend: ...
@@ -32,15 +36,17 @@ class ProducerHost(JobApp, Protocol):
     @property
     def middleware(self) -> Sequence[Middleware]: ...
 
-    def task_for(self, name: str) -> Task: ...
-
 
 class Producer:
     """Writes the jobs and batches of one app."""
 
-    def __init__(self, host: ProducerHost, serving: Serving) -> None:
+    def __init__(
+        self, host: ProducerHost, serving: Serving, task_for: Callable[[str], Task]
+    ) -> None:
         self._host = host
         self._serving = serving
+        #: the task named so: the registered one, else a stand-in (``Registry.task_for``)
+        self._task_for = task_for
 
     def enqueue(
         self,
@@ -51,7 +57,7 @@ class Producer:
     ) -> Job:
         """One job of the task named ``task`` (``Conveyor.enqueue``)."""
         conn = options.pop("conn", None)
-        insert = self._host.task_for(task).build(args, kwargs or {}, **options)
+        insert = self._task_for(task).build(args, kwargs or {}, **options)
         return self.insert_jobs([insert], conn=conn, payloads=[(args, kwargs or {})])[0]
 
     async def aenqueue(
@@ -107,7 +113,7 @@ class Producer:
             return self.insert_jobs(inserts, payloads=payloads)
 
         now = datetime.now(UTC)
-        handles = _Handles(self._host, now)
+        handles = _Handles(self._host.plumbing, now)
         unbound: list[Job] = []
         settle = self._serving.settler()  # not in settled(): the backend holds a connection there
 
@@ -138,11 +144,11 @@ class Producer:
         """The handles of written jobs, in input order: built from what was sent
         for the jobs this call created, read back for the ones a key named."""
         jobs = []
-        handles = _Handles(self._host, now)
+        handles = _Handles(self._host.plumbing, now)
         for n, (ins, res) in enumerate(zip(inserts, results, strict=True)):
             existing = None if res.created else self._host.backend.job_get(job_id=res.id)
             if existing is not None:
-                jobs.append(Job.of(existing, self._host, created=False))
+                jobs.append(Job.of(existing, self._host.plumbing, created=False))
                 continue
             if payloads is not None:
                 args, kwargs = payloads[n]

@@ -17,9 +17,13 @@ from .records import BatchState, JobFilter, JobRecord, WorkerInfo
 from .task import TaskApp
 
 
-class ReadsHost(TaskApp, Protocol):
-    """What the reads call on the app (``Conveyor`` is one), which is also the
-    app the handles they return are bound to."""
+class ReadsHost(Protocol):
+    """What the reads call on the app (``Conveyor`` is one)."""
+
+    @property
+    def plumbing(self) -> TaskApp:
+        """What the handles the reads return are bound to."""
+        ...
 
     @property
     def backend(self) -> Backend: ...
@@ -42,7 +46,7 @@ class Reads:
 
     def _jobs(self, records: Sequence[JobRecord]) -> list[Job]:
         self._before_shown(records)
-        return [Job.of(r, self._host) for r in records]
+        return [Job.of(r, self._host.plumbing) for r in records]
 
     def get_job(self, job_id: int) -> Job:
         record = self._host.backend.job_get(job_id=check_id(job_id, "job"))
@@ -68,7 +72,7 @@ class Reads:
         record = self._host.backend.batch_get(batch_id=check_id(batch_id, "batch"))
         if record is None:
             raise JobNotFound(f"no batch with id {batch_id}")
-        return Batch(record, True, self._host)
+        return Batch(record, True, self._host.plumbing)
 
     def list_batches(self, state: str | None, limit: int, before_id: int | None) -> list[Batch]:
         if state is not None:
@@ -78,11 +82,11 @@ class Reads:
                 names = ", ".join(s.value for s in BatchState)
                 raise ConfigError(f"unknown batch state {state!r}; states are: {names}") from None
         records = self._host.reads.batch_list(state=state, limit=limit, before_id=before_id)
-        return [Batch(r, True, self._host) for r in records]
+        return [Batch(r, True, self._host.plumbing) for r in records]
 
     def batch_jobs(self, batch_id: int) -> list[Job]:
         records = self._host.backend.batch_jobs(batch_id=check_id(batch_id, "batch"))
-        return [Job.of(r, self._host) for r in records]
+        return [Job.of(r, self._host.plumbing) for r in records]
 
     def batch_finished_jobs(
         self, batch_id: int, after: tuple[datetime, int] | None, limit: int

@@ -14,9 +14,13 @@ from .retry import Backoff
 from .task import Task, TaskApp, TaskDecorator, TaskDefaults
 
 
-class RegistryHost(TaskApp, Protocol):
-    """What the registry calls on the app (``Conveyor`` is one), which is also
-    the app the tasks it makes belong to."""
+class RegistryHost(Protocol):
+    """What the registry calls on the app (``Conveyor`` is one)."""
+
+    @property
+    def plumbing(self) -> TaskApp:
+        """What the tasks the registry makes are bound to."""
+        ...
 
     @property
     def tasks(self) -> MutableMapping[str, Task]: ...
@@ -106,7 +110,7 @@ class Registry:
                 "pass name= to tell them apart"
             )
         hidden = sensitive_parameters(f, task_name, sensitive)
-        t = Task(self._host, f, task_name, defaults)
+        t = Task(self._host.plumbing, f, task_name, defaults)
         tasks[task_name] = t
         if hidden:
             self._host.hide_arguments(task_name, hidden)
@@ -123,7 +127,7 @@ class Registry:
         """``f`` (a task of this app, or a function made one by ``make_task`` with
         ``task_options``) run on ``schedule`` (``Periodic``'s fields)."""
         if isinstance(f, Task):
-            if f.app is not self._host:
+            if f.app is not self._host.plumbing:
                 raise ConfigError(f"task {f.name!r} belongs to another Conveyor app")
             if task_options:
                 raise ConfigError(
@@ -163,6 +167,8 @@ class Registry:
             )
         remote = self._remote.get(name)
         if remote is None:
-            remote = Task(self._host, None, name, TaskDefaults(queue=self._host.default_queue))
+            remote = Task(
+                self._host.plumbing, None, name, TaskDefaults(queue=self._host.default_queue)
+            )
             self._remote[name] = remote
         return remote

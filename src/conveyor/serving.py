@@ -1,8 +1,9 @@
 """The serving side of the façade: per-task-type settings, sensitive
 arguments, API tokens, and leases for workers outside this process (remote
-workers and asyncflow clients). ``Conveyor`` owns one ``Serving`` and its
-methods of the same names hand over to it, so the server, the CLI and the
-dashboard still go through the one door; nothing here touches SQL.
+workers and asyncflow clients). ``Conveyor`` owns one, ``app.serving``: the
+façade's settings and token methods hand over to it, and the server, the
+runtime and the CLI call its plumbing (claims, outcomes, heartbeats of remote
+workers, authentication) there; nothing here touches SQL.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import serialize
 from . import settings as task_settings
+from .backends import waits
+from .checks import check_id
 from .encoding import not_run_message
 from .errors import ConfigError, Conflict
 from .outcomes import (
@@ -107,16 +111,24 @@ class ServingHost(Protocol):
     @property
     def backend(self) -> Backend: ...
 
-    def task_for(self, name: str) -> Task: ...
+    @property
+    def reads(self) -> Backend: ...
 
 
 class Serving:
     """The serving side of one app. ``opened`` gives the app's database if it
     is open, without opening it."""
 
-    def __init__(self, host: ServingHost, opened: Callable[[], Backend | None]) -> None:
+    def __init__(
+        self,
+        host: ServingHost,
+        opened: Callable[[], Backend | None],
+        task_for: Callable[[str], Task],
+    ) -> None:
         self._host = host
         self._opened = opened
+        #: the task named so: the registered one, else a stand-in (``Registry.task_for``)
+        self._task_for = task_for
         #: what this app's tasks declare sensitive, recorded whenever the database opens
         self.sensitive: dict[str, dict[str, int | None]] = {}
         self.state = self._fresh_state()
@@ -162,10 +174,12 @@ class Serving:
         return deleted
 
     def cached_task_settings(self) -> Mapping[str, TaskSettings]:
+        """Every task type's settings, as producers see them (at most
+        ``settings.CACHE_S`` seconds old)."""
         return self.state.settings.all()
 
     def _settings_backoff_json(self, s: TaskSettings) -> str | None:
-        backoff = task_settings.settings_backoff(s, self._host.task_for(s.task).defaults.backoff)
+        backoff = task_settings.settings_backoff(s, self._task_for(s.task).defaults.backoff)
         return None if backoff is None else json.dumps(backoff.to_dict())
 
     def settle(self, inserts: Sequence[JobInsert]) -> Sequence[JobInsert]:
@@ -255,6 +269,8 @@ class Serving:
         return revoked
 
     def authenticate(self, text: str) -> ApiToken | None:
+        """The active token ``text`` is, or ``None``. Secrets are compared as hashes,
+        in constant time; a token is looked up by its id at most every few seconds."""
         prefix, _, rest = text.partition("_")
         token_id, _, secret = rest.partition("_")
         if prefix != TOKEN_PREFIX or not token_id or not secret:
@@ -276,6 +292,10 @@ class Serving:
         return token
 
     def tokens_configured(self) -> bool:
+        """Whether any token was ever created, revoked or not (re-read at most every
+        few seconds while none was). Revoked tokens stay as rows, so this fact lives
+        in the database, shared by every server on it and kept across restarts: once
+        true, a server requires tokens even after the last one is revoked."""
         configured, at = self.state.configured
         if not configured and time.monotonic() - at > AUTH_CACHE_S:
             configured = self.backend.token_count_all() > 0
@@ -283,6 +303,7 @@ class Serving:
         return configured
 
     def tokens_active(self) -> bool:
+        """Whether any token is active (not revoked); re-read at most every few seconds."""
         active, at = self.state.active
         if time.monotonic() - at > AUTH_CACHE_S:
             active = self.backend.token_count_active() > 0
@@ -291,17 +312,24 @@ class Serving:
 
     # -- remote workers --------------------------------------------------------------------
     def heartbeat_worker(self, worker: WorkerInfo) -> Heartbeat:
+        """Record a remote worker as alive (registering it on first call): it keeps
+        the jobs it holds as long as it heartbeats, like an in-process worker."""
         return self.backend.worker_heartbeat(worker=worker)
 
     def claim(
         self,
         worker_id: str,
         queues: Sequence[str],
+        *,
         limit: int,
-        tasks: Sequence[str] | None,
-        tags: Sequence[str],
-        lease_s: float | None,
+        tasks: Sequence[str] | None = None,
+        tags: Sequence[str] = (),
+        lease_s: float | None = None,
     ) -> list[JobRecord]:
+        """Claim up to ``limit`` jobs for a worker outside this process, each with its
+        lease token. The worker keeps them while it heartbeats; a job with a timeout
+        (its own, or its task's ``max_processing_s``) must also end within it, and
+        ``lease_s`` is the deadline of the others (clients that never heartbeat)."""
         if not isinstance(limit, int) or not 1 <= limit <= MAX_LEASE:
             raise ConfigError(f"limit must be an integer from 1 to {MAX_LEASE}, got {limit!r}")
         for q in queues:
@@ -354,9 +382,13 @@ class Serving:
         ]
 
     def extend_deadline(self, job_id: int, token: str, seconds: float) -> bool:
+        """Move a held job's deadline to ``seconds`` from now; False if the lease is lost."""
         return self.backend.job_set_deadline(leases=[Lease(job_id, token)], seconds=seconds) > 0
 
     def release(self, worker_id: str, leases: Sequence[Lease]) -> list[int]:
+        """Give held jobs back without using their attempt (a worker shutting down).
+        ``Conflict`` if another worker holds one under its token: nothing is released
+        (the token fences the write; the worker is checked, as for outcomes)."""
         jobs = self._jobs_by_id([le.job_id for le in leases]) if leases else {}
         for le in leases:
             refused = refusal(jobs.get(le.job_id), le.job_id, le.token, worker_id)
@@ -365,6 +397,9 @@ class Serving:
         return self.backend.job_release_many(worker_id=worker_id, leases=leases)
 
     def report(self, worker_id: str, outcomes: Sequence[RemoteOutcome]) -> list[OutcomeResult]:
+        """Record how remote attempts ended, fenced by their lease tokens exactly as
+        in-process outcomes are. Returns one result per outcome, in order; a refused
+        one changed nothing and says why (lease lost, cancelled, ...)."""
         ids = [o.job_id for o in outcomes]
         if len(set(ids)) != len(ids):
             raise ConfigError("outcomes: each job may appear once per report")
@@ -381,9 +416,7 @@ class Serving:
             if refused is not None or job is None:
                 results[o.job_id] = refused or OutcomeResult(o.job_id, False)
                 continue
-            finals.append(
-                (to_finalize(o, job, self._host.task_for(job.task).defaults.backoff), job)
-            )
+            finals.append((to_finalize(o, job, self._task_for(job.task).defaults.backoff), job))
         written = set(
             self.backend.job_finalize_many(worker_id=worker_id, outcomes=[f for f, _ in finals])
         )
@@ -402,7 +435,33 @@ class Serving:
         return {r.id: r for r in records}
 
     def work_generation(self) -> int:
+        """Moves whenever the database hints at new work (jobs inserted, retried,
+        made available): read it before claiming, wait for it to move after."""
         return self.state.work.generation
 
     async def await_work(self, generation: int, timeout: float) -> None:
+        """Wait without blocking the event loop until a work hint after
+        ``generation``, or ``timeout`` (at most a second: hints may be lost)."""
         await self.state.work.await_change(generation, timeout)
+
+    # -- what only the server reads and bounds ----------------------------------------------
+    def bounded_waits(self, seconds: float) -> AbstractContextManager[None]:
+        """Within this block, and the threads it hands calls to through asyncio or
+        anyio, a call waits at most ``seconds`` for a database connection (a free
+        one from PostgreSQL's pool, a new one to MySQL), then raises
+        ``DatabaseUnavailable``: a server's request handler answers 503 at once
+        while the database is down, instead of after the pool's 30 s. Outside
+        it, calls wait as long as they always did (workers, which retry)."""
+        return waits.bounded(seconds)
+
+    def oldest_waiting(self) -> dict[str, datetime]:
+        """Per queue with jobs waiting, when its oldest due job became due."""
+        return self._host.reads.queue_oldest_waiting()
+
+    def open_batches(self) -> int:
+        """How many batches are not closed yet."""
+        return self._host.reads.batch_count_open()
+
+    def batch_first_finished(self, batch_id: int) -> datetime | None:
+        """When the batch's first job finished (its first result)."""
+        return self._host.reads.batch_first_finished(batch_id=check_id(batch_id, "batch"))

@@ -68,7 +68,7 @@ def test_list_show_cancel_and_retry(app: Conveyor, db_url: str, invoke: Invoke) 
 
     # a run nobody runs: retry refused while it runs, cancel once, then refused
     waiting = app.workflow("idle")
-    waiting.add(app.task_for("nobody.runs.this").s())
+    waiting.add(app.plumbing.task_for("nobody.runs.this").s())
     idle = waiting.start().id
     refused = invoke("workflows", "retry", str(idle), url=db_url)
     assert refused.exit_code == 1 and "still running" in refused.output
@@ -79,7 +79,7 @@ def test_list_show_cancel_and_retry(app: Conveyor, db_url: str, invoke: Invoke) 
     retried = invoke("workflows", "retry", str(failed), url=db_url)
     assert retried.exit_code == 0, retried.output
     assert f"workflow {failed}: running 2 node(s) again" in retried.output
-    assert app.workflow_record(failed).state == "running"
+    assert app.plumbing.workflow_record(failed).state == "running"
     again = invoke("workflows", "cancel", str(failed), url=db_url)
     assert again.exit_code == 0
     missing = invoke("workflows", "show", "424242", url=db_url)

@@ -180,14 +180,14 @@ def test_async_send_reads_our_own_database_state_in_a_thread(
     thread before it, so the loop only waits on the driver's awaited calls."""
     fresh = Conveyor(db_url)
     task = fresh.task(name="ship")(ship)
-    read = fresh.cached_task_settings
+    read = fresh.serving.cached_task_settings
     threads: list[int] = []
 
     def spy() -> object:
         threads.append(threading.get_ident())
         return read()
 
-    monkeypatch.setattr(fresh, "cached_task_settings", spy)
+    monkeypatch.setattr(fresh.serving, "cached_task_settings", spy)
 
     async def main() -> tuple[int, int]:
         aengine = create_async_engine(sqlalchemy_url(db_url, ASYNC_DRIVERS))

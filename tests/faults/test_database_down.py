@@ -141,7 +141,7 @@ def test_a_busy_pool_is_waited_for_past_the_bound(db_url: str) -> None:
         releaser = threading.Timer(2.5, lambda: [pool.putconn(c) for c in held])
         releaser.start()
         began = time.monotonic()
-        with app.bounded_waits(1.0):
+        with app.serving.bounded_waits(1.0):
             counts = app.count_jobs()
         waited = time.monotonic() - began
         releaser.join()

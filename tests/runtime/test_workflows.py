@@ -289,4 +289,4 @@ def test_old_workflows_go_with_their_retention_and_a_node_job_takes_no_chain_ste
     assert keep.prune_workflows() == 0  # ended just now: kept
     later = datetime.now(UTC) + timedelta(hours=2)
     assert keep.prune_workflows(now=later) == 1
-    assert app.list_workflows() == [] and app.workflow_nodes(run.id) == []
+    assert app.list_workflows() == [] and app.plumbing.workflow_nodes(run.id) == []

@@ -19,10 +19,10 @@ from .sse import events
 def finish_all(producer, *, worker="w", chunk=100, pause=0.02, stop=None):
     """A remote worker (through the façade) that completes every job of the
     default queue, ``chunk`` at a time, with a result each."""
-    producer.heartbeat_worker(WorkerInfo(worker, "h", 1, ["default"], chunk))
+    producer.serving.heartbeat_worker(WorkerInfo(worker, "h", 1, ["default"], chunk))
     idle = 0
     while idle < 50 and not (stop and stop.is_set()):
-        jobs = producer.claim(worker, ["default"], limit=chunk)
+        jobs = producer.serving.claim(worker, ["default"], limit=chunk)
         if not jobs:
             idle += 1
             time.sleep(0.05)
@@ -31,7 +31,7 @@ def finish_all(producer, *, worker="w", chunk=100, pause=0.02, stop=None):
         done = [
             RemoteOutcome(j.id, j.lease_token, OutcomeKind.COMPLETE, result=j.args) for j in jobs
         ]
-        producer.report(worker, done)
+        producer.serving.report(worker, done)
         time.sleep(pause)
 
 
@@ -148,10 +148,10 @@ def test_metrics_after_a_known_workload(api, producer):
     failing = producer.enqueue("item", [99], max_attempts=1)
     producer.enqueue("send_email", ["a@x"], queue="emails")  # waiting
     producer.enqueue("item", [7], delay=3600)  # scheduled
-    producer.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 10))
-    jobs = producer.claim("w", ["default"], limit=10)
+    producer.serving.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 10))
+    jobs = producer.serving.claim("w", ["default"], limit=10)
     assert {j.id for j in jobs} == {j.id for j in ok} | {failing.id}
-    producer.report(
+    producer.serving.report(
         "w",
         [
             RemoteOutcome(j.id, j.lease_token, OutcomeKind.COMPLETE)

@@ -156,9 +156,9 @@ def test_get_with_attempts_and_unknown_ids(api, producer):
     from conveyor.outcomes import OutcomeKind, RemoteOutcome
     from conveyor.records import WorkerInfo
 
-    producer.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 1))
-    [held] = producer.claim("w", ["default"], limit=1)
-    producer.report(
+    producer.serving.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 1))
+    [held] = producer.serving.claim("w", ["default"], limit=1)
+    producer.serving.report(
         "w",
         [RemoteOutcome(held.id, held.lease_token, OutcomeKind.FAIL, error="nope", permanent=True)],
     )
@@ -221,8 +221,8 @@ def test_cancel_retry_delete(api, producer):
     # a running job: cancel is requested (202), delete refused (409)
     from conveyor.records import WorkerInfo
 
-    producer.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 1))
-    producer.claim("w", ["default"], limit=1)
+    producer.serving.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 1))
+    producer.serving.claim("w", ["default"], limit=1)
     assert api.post(f"/v1/jobs/{waiting.id}/cancel").status_code == 202
     assert api.delete(f"/v1/jobs/{waiting.id}").status_code == 409
     done = producer.enqueue("remote_only")

@@ -40,9 +40,9 @@ def test_batch_idempotency_key_names_one_request(api, producer):
 
 
 def _run_all(producer, worker="w", state_kind=OutcomeKind.COMPLETE, queues=("default",)):
-    producer.heartbeat_worker(WorkerInfo(worker, "h", 1, list(queues), 1))
-    jobs = producer.claim(worker, list(queues), limit=1000)
-    producer.report(
+    producer.serving.heartbeat_worker(WorkerInfo(worker, "h", 1, list(queues), 1))
+    jobs = producer.serving.claim(worker, list(queues), limit=1000)
+    producer.serving.report(
         worker,
         [
             RemoteOutcome(j.id, j.lease_token, state_kind, result=j.args, permanent=True)
@@ -70,9 +70,9 @@ def test_batches(api, producer):
     jobs = api.get(f"/v1/batches/{bid}/jobs").json()
     assert sorted(j["kwargs"].get("n") or j["args"][0] for j in jobs["jobs"]) == [1, 2, 3]
     # first results while it runs: finish one, read it, then the rest after the cursor
-    producer.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 1))
-    [first] = producer.claim("w", ["default"], limit=1, tasks=["square"])
-    producer.report(
+    producer.serving.heartbeat_worker(WorkerInfo("w", "h", 1, ["default"], 1))
+    [first] = producer.serving.claim("w", ["default"], limit=1, tasks=["square"])
+    producer.serving.report(
         "w", [RemoteOutcome(first.id, first.lease_token, OutcomeKind.COMPLETE, result=1)]
     )
     page = api.get(f"/v1/batches/{bid}/results").json()
@@ -121,8 +121,8 @@ def test_queues(api, producer):
     queues = {q["name"]: q for q in api.get("/v1/queues").json()["queues"]}
     assert queues["mail"]["counts"] == {"available": 2} and queues["mail"]["paused"] is False
     assert api.post("/v1/queues/mail/pause").json()["paused"] is True
-    producer.heartbeat_worker(WorkerInfo("w", "h", 1, ["mail"], 1))
-    assert producer.claim("w", ["mail"], limit=5) == []
+    producer.serving.heartbeat_worker(WorkerInfo("w", "h", 1, ["mail"], 1))
+    assert producer.serving.claim("w", ["mail"], limit=5) == []
     assert api.post("/v1/queues/mail/resume").json()["paused"] is False
     unknown = api.post("/v1/queues/nowhere/pause")
     assert unknown.status_code == 422 and "force" in unknown.json()["detail"]

@@ -1,5 +1,5 @@
 """How long a call may wait for the database, when its caller cannot wait long:
-a bound that a context sets (``Conveyor.bounded_waits``: a server's request
+a bound that a context sets (``Serving.bounded_waits``: a server's request
 handlers) for the calls made in it and in the threads it hands them to
 (``asyncio.to_thread`` and anyio copy the context), and that each backend
 applies to its waits for a connection. Where no bound is set (workers, the

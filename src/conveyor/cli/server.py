@@ -194,7 +194,7 @@ def _check_access(
 ) -> tuple[str, ...]:
     """Refuse an address that would expose an open server or answer to any name;
     say loudly how the server is open. Returns the Host names to serve."""
-    ever, active = app.tokens_configured(), app.tokens_active()
+    ever, active = app.serving.tokens_configured(), app.serving.tokens_active()
     open_now = not ever or (reopen and not active)
     if not is_loopback(host):
         if open_now or reopen:

@@ -99,7 +99,7 @@ def revoke(state: State, token_id: str) -> None:
     if not app.revoke_token(token_id):
         raise CliError(f"no active token with id {token_id!r} (see `conveyor tokens list`)")
     click.echo(f"token {token_id} revoked")
-    if not app.tokens_active():
+    if not app.serving.tokens_active():
         click.echo(
             "that was the last active token: servers on this database now refuse every "
             "request (401) until you create one; `conveyor server --open` serves loopback "

@@ -48,12 +48,12 @@ def item_counts(app: Conveyor, node: WorkflowNode) -> dict[str, int] | None:
     """A map node's items per state, once its items are made."""
     if node.kind != "map" or node.items is None:
         return None
-    return app.workflow_item_counts(node.workflow_id, node.node)
+    return app.plumbing.workflow_item_counts(node.workflow_id, node.node)
 
 
 def workflow_json(app: Conveyor, record: WorkflowRecord) -> dict[str, Any]:
     """The run as ``GET /v1/workflows/{id}`` shows it: with its nodes."""
-    nodes = app.workflow_nodes(record.id)
+    nodes = app.plumbing.workflow_nodes(record.id)
     shown = [serialize.workflow_node(n, item_counts(app, n)) for n in nodes]
     return {**serialize.workflow(record), "nodes": shown}
 
@@ -107,7 +107,7 @@ def list_workflows(state: State, state_filter: str | None, limit: int, as_json: 
 def show_workflow(state: State, workflow_id: int, as_json: bool) -> None:
     """Show one run and its nodes: state, parents, job, a map's items, errors."""
     app = state.app()
-    record = app.workflow_record(workflow_id)
+    record = app.plumbing.workflow_record(workflow_id)
     if as_json:
         echo_json(workflow_json(app, record))
         return
@@ -125,7 +125,7 @@ def show_workflow(state: State, workflow_id: int, as_json: bool) -> None:
     for name, value in facts:
         if value:
             con.print(Text.assemble((f"{name}: ", "bold"), value))
-    con.print(nodes_table(app, app.workflow_nodes(record.id)))
+    con.print(nodes_table(app, app.plumbing.workflow_nodes(record.id)))
 
 
 def nodes_table(app: Conveyor, nodes: list[WorkflowNode]) -> Table:
@@ -161,7 +161,7 @@ def cancel_workflow(state: State, workflow_id: int) -> None:
     """
     app = state.app()
     if not app.cancel_workflow(workflow_id):
-        run = app.workflow_record(workflow_id)
+        run = app.plumbing.workflow_record(workflow_id)
         raise refuse(f"workflow {workflow_id} has ended ({run.state}): nothing to cancel")
     click.echo(f"workflow {workflow_id}: cancelled; it ends once its running jobs have stopped")
 
@@ -178,7 +178,7 @@ def retry_workflow(state: State, workflow_id: int) -> None:
     succeeded.
     """
     app = state.app()
-    run = app.workflow_record(workflow_id)
+    run = app.plumbing.workflow_record(workflow_id)
     if run.state == WorkflowState.RUNNING:
         raise refuse(f"workflow {workflow_id} is still running: cancel it or let it end")
     n = app.retry_workflow(workflow_id)

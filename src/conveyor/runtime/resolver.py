@@ -78,7 +78,7 @@ class ImportPathTasks:
         if not callable(obj):
             return None
         fn: Callable[..., Any] = obj
-        return Task(self.app, fn, name, TaskDefaults(queue=self.app.default_queue))
+        return Task(self.app.plumbing, fn, name, TaskDefaults(queue=self.app.default_queue))
 
 
 class NoTasks:

@@ -165,8 +165,14 @@ def _allowed_hosts(entries: Sequence[str]) -> tuple[str, ...]:
 
 
 def _start_services(ctx: ServerContext) -> Services:
+    """The leader-elected cluster services (rescuing the jobs of dead workers,
+    scheduling, batches and chains, cron), for a server that runs no worker: one
+    serving only remote workers still needs them."""
+    # imported here, not above: a server that runs them is the only one that loads the runtime
+    from ..runtime.host import cluster_services
+
     holder = f"server@{socket.gethostname()}:{id(ctx):x}"
-    services = ctx.conveyor.cluster_services(holder, worker_ttl_s=ctx.worker_ttl_s)
+    services = cluster_services(ctx.conveyor, holder, worker_ttl_s=ctx.worker_ttl_s).services
     services.start()
     log.info("cluster services running in the server (leader candidate %s)", holder)
     return services

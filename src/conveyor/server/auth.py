@@ -65,7 +65,7 @@ async def authorize(
         return None
     if raw is None:
         raise _refuse(401, "an API token is required: `Authorization: Bearer <token>`")
-    token = await asyncio.to_thread(app.authenticate, raw)
+    token = await asyncio.to_thread(app.serving.authenticate, raw)
     if token is None:
         raise _refuse(401, "the API token is not valid (unknown, revoked or mistyped)")
     if not token.scope.allows(scope):

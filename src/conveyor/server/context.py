@@ -52,8 +52,8 @@ class ServerContext:
         if self.tokens_required is not None:
             return self.tokens_required
         if self.reopen:
-            return self.conveyor.tokens_active()
-        return self.conveyor.tokens_configured()
+            return self.conveyor.serving.tokens_active()
+        return self.conveyor.serving.tokens_configured()
 
     def part(self, make: Callable[[ServerContext], T]) -> T:
         """This server's one ``make(self)``, made on first use: what routes keep

@@ -28,7 +28,7 @@ SCHEMA_MISMATCH = "the database's schema does not match this server's; try again
 
 class BoundedWaits:
     """Every HTTP request's database calls wait at most ``seconds`` for a
-    connection (``Conveyor.bounded_waits``); the server's own threads, started
+    connection (``Serving.bounded_waits``); the server's own threads, started
     outside requests (the cluster's services), wait as they always did."""
 
     def __init__(self, app: ASGIApp, conveyor: Conveyor, seconds: float = REQUEST_WAIT_S) -> None:
@@ -40,5 +40,5 @@ class BoundedWaits:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        with self.conveyor.bounded_waits(self.seconds):
+        with self.conveyor.serving.bounded_waits(self.seconds):
             await self.app(scope, receive, send)

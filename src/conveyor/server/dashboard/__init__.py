@@ -135,7 +135,9 @@ class History:
                 key = f"@{c.state}"  # totals per final state, across queues
                 finished[key] = finished.get(key, 0) + c.count
         now = datetime.now(UTC)
-        waits = {q: max(0.0, (now - t).total_seconds()) for q, t in app.oldest_waiting().items()}
+        waits = {
+            q: max(0.0, (now - t).total_seconds()) for q, t in app.serving.oldest_waiting().items()
+        }
         self.points.append((time.time(), finished, waits))
 
     def series(self) -> list[dict[str, Any]]:
@@ -266,7 +268,9 @@ async def login(request: Request, app: Facade) -> Response:
     body = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = body.get("token", [""])[0]
     next = body.get("next", ["/"])[0]
-    found = await asyncio.to_thread(app.authenticate, token.strip()) if token.strip() else None
+    found = (
+        await asyncio.to_thread(app.serving.authenticate, token.strip()) if token.strip() else None
+    )
     if found is None:
         query = urlencode({"next": _local(next), "error": "That token is not valid."})
         return RedirectResponse(f"{_root(request)}/login?{query}", status_code=303)
@@ -304,12 +308,12 @@ async def overview(request: Request, ctx: Ctx) -> Response:
         workers = [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
         return {
             "queues": [serialize.queue(q) for q in app.queues()],
-            "oldest": {q: _ago(t) for q, t in app.oldest_waiting().items()},
+            "oldest": {q: _ago(t) for q, t in app.serving.oldest_waiting().items()},
             "unserved": [serialize.count(c) for c in app.unserved(worker_ttl_s=ctx.worker_ttl_s)],
             "alive": sum(1 for w in workers if w["alive"]),
             "silent": sum(1 for w in workers if not w["alive"]),
             "recent": history.window(),
-            "open_batches": app.open_batches(),
+            "open_batches": app.serving.open_batches(),
             "states": STATES,
             "charts": history.series(),
             "chart_points": len(history.points),

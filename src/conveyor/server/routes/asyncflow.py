@@ -131,21 +131,23 @@ router = APIRouter(tags=["asyncflow compatibility"])
 def tasks_out(app: Conveyor, jobs: Sequence[JobRecord]) -> list[dict[str, Any]]:
     return [
         serialize.asyncflow_task(
-            j, app.job_attempts(j.id), retry_cap_s=app.task_for(j.task).defaults.backoff.cap
+            j,
+            app.job_attempts(j.id),
+            retry_cap_s=app.plumbing.task_for(j.task).defaults.backoff.cap,
         )
         for j in jobs
     ]
 
 
 def deadline(ctx: ServerContext, task: str) -> float:
-    s = ctx.conveyor.cached_task_settings().get(task)
+    s = ctx.conveyor.serving.cached_task_settings().get(task)
     return (s.max_processing_s if s else None) or ctx.asyncflow_deadline_s
 
 
 def task_name(app: Conveyor, task_type: str) -> str:
     """The task a type's new tasks are jobs of: a registered task, else a type
     with settings, of that name in any case; else the name in lower case."""
-    for names in (app.tasks, app.cached_task_settings()):
+    for names in (app.tasks, app.serving.cached_task_settings()):
         if same := _named_like(task_type, names):
             return same[0]
     return task_type.lower()
@@ -154,7 +156,9 @@ def task_name(app: Conveyor, task_type: str) -> str:
 def task_names(app: Conveyor, task_type: str) -> list[str]:
     """Every task a type stands for: the one ``task_name`` picks now and any
     other of its names (tasks created before a type got settings, say)."""
-    return _named_like(task_type, app.tasks, app.cached_task_settings(), [task_type.lower()])
+    return _named_like(
+        task_type, app.tasks, app.serving.cached_task_settings(), [task_type.lower()]
+    )
 
 
 @router.post(
@@ -243,10 +247,10 @@ def hold_task(
         raise ConfigError("status: only waiting tasks (status 1) can be held")
     app = ctx.conveyor
     name, names = task_name(app, taskType), task_names(app, taskType)
-    s = app.cached_task_settings().get(name)
-    jobs = app.claim(
+    s = app.serving.cached_task_settings().get(name)
+    jobs = app.serving.claim(
         ctx.asyncflow_worker,
-        sorted({app.task_for(n).defaults.queue for n in names}),
+        sorted({app.plumbing.task_for(n).defaults.queue for n in names}),
         limit=limit or (s.batch_size if s and s.batch_size else 10),
         tasks=names,
         lease_s=deadline(ctx, name),
@@ -269,11 +273,11 @@ def set_task(body: SetTask, ctx: Ctx) -> Any:
         )
     token = job.lease_token or ""
     if body.status == 2:
-        if not app.extend_deadline(job.id, token, deadline(ctx, task_name(app, job.task))):
+        if not app.serving.extend_deadline(job.id, token, deadline(ctx, task_name(app, job.task))):
             raise Conflict(f"task {job.id}: the hold was lost meanwhile")
         return envelope(0, "ok", None)
     outcome = _outcome(job, token, body)
-    [result] = app.report(ctx.asyncflow_worker, [outcome])
+    [result] = app.serving.report(ctx.asyncflow_worker, [outcome])
     if not result.accepted:
         raise Conflict(result.message)
     return envelope(0, "ok", None)

@@ -77,13 +77,15 @@ def create_batch(
     one request: its fingerprint is kept with the batch)."""
     if key is not None and body.idempotency_key not in (None, key):
         raise ConfigError("idempotency_key: differs from the Idempotency-Key header; send one")
-    task = app.task_for(body.task)
+    task = app.plumbing.task_for(body.task)
     try:
         batch = task.batch(
             body.items,
             name=body.name,
             idempotency_key=key or body.idempotency_key,
-            on_complete=None if body.on_complete is None else app.task_for(body.on_complete),
+            on_complete=None
+            if body.on_complete is None
+            else app.plumbing.task_for(body.on_complete),
             **body.options(),
         )
     except KeyReused as exc:

@@ -75,7 +75,7 @@ def stream(app: Conveyor, after: str | None, **options: Any) -> StreamingRespons
 
     async def body() -> AsyncIterator[str]:
         quiet_since = time.monotonic()
-        async for page in app.stream_event_pages(after, **options):
+        async for page in app.plumbing.stream_event_pages(after, **options):
             if page:
                 yield "".join(encode(e) for e in page)
                 quiet_since = time.monotonic()

@@ -47,7 +47,7 @@ class Readiness:
             raise
 
     def _versions(self) -> tuple[int, int]:
-        with self.conveyor.bounded_waits(outage.READY_WAIT_S):
+        with self.conveyor.serving.bounded_waits(outage.READY_WAIT_S):
             return self.conveyor.schema_version()
 
     def _note(self, check: asyncio.Future[tuple[int, int]]) -> None:

@@ -66,9 +66,9 @@ def create_job(body: JobCreate, response: Response, app: Facade, key: Idempotenc
         if options.get("idempotency_key") not in (None, key):
             raise ConfigError("idempotency_key: differs from the Idempotency-Key header; send one")
         options["idempotency_key"] = key
-    task = app.task_for(body.task)
+    task = app.plumbing.task_for(body.task)
     insert, fingerprint = fingerprinted(task.build(body.args, body.kwargs, **options), body)
-    [job] = app.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
+    [job] = app.plumbing.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
     if job.created:
         job = app.get_job(job.id)  # the stored times, not the ones this process guessed
     elif fingerprint is not None:
@@ -90,7 +90,7 @@ def create_jobs(body: JobsCreate, response: Response, app: Facade) -> Any:
     ``POST /v1/jobs`` does, and writes nothing."""
     inserts, payloads, prints = [], [], []
     for spec in body.jobs:
-        task = app.task_for(spec.task)
+        task = app.plumbing.task_for(spec.task)
         insert, fingerprint = fingerprinted(
             task.build(spec.args, spec.kwargs, **spec.send_options()), spec
         )
@@ -98,7 +98,7 @@ def create_jobs(body: JobsCreate, response: Response, app: Facade) -> Any:
         payloads.append((spec.args, spec.kwargs))
         prints.append(fingerprint)
     check_keys_unused(app, body.jobs, prints)
-    jobs = app.insert_jobs(inserts, payloads=payloads)
+    jobs = app.plumbing.insert_jobs(inserts, payloads=payloads)
     for n, (job, spec, fingerprint) in enumerate(zip(jobs, body.jobs, prints, strict=True)):
         if fingerprint is not None and not job.created:
             # a request racing this one took the key since check_keys_unused read:
@@ -202,9 +202,9 @@ def bulk(app: Conveyor, action: str, body: BulkAction, token: ApiToken | None) -
     f = body.checked_filter()
     if body.background and not body.dry_run:
         actor = "open server (loopback)" if token is None else (token.name or token.id)
-        record = app.start_bulk(action, f, actor=actor)
+        record = app.plumbing.start_bulk(action, f, actor=actor)
         return JSONResponse(serialize.action(record), status_code=202)
-    return serialize.bulk(app.bulk_method(action)(f, dry_run=body.dry_run))
+    return serialize.bulk(app.plumbing.bulk_method(action)(f, dry_run=body.dry_run))
 
 
 #: the token names who ran an action: the scope check's answer, as a parameter
@@ -257,7 +257,7 @@ def list_actions(app: Facade, limit: Annotated[int, Query(ge=1, le=1000)] = 50) 
     dependencies=[requires(READ)],
 )
 def get_action(action_id: Annotated[Key, Path(max_length=64)], app: Facade) -> Any:
-    return serialize.action(app.bulk_action(action_id))
+    return serialize.action(app.plumbing.bulk_action(action_id))
 
 
 def request_fingerprint(body: JobCreate) -> str:

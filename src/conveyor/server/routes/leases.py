@@ -140,7 +140,7 @@ router = APIRouter(tags=["leases (remote workers)"], dependencies=[requires(WORK
 
 def advice(app: Conveyor, tasks: list[str] | None) -> tuple[int, float]:
     """The default batch size and poll interval: the task types' settings."""
-    settings = app.cached_task_settings()
+    settings = app.serving.cached_task_settings()
     known = [settings[t] for t in tasks or () if t in settings]
     sizes = [s.batch_size for s in known if s.batch_size]
     polls = [s.poll_interval_s for s in known if s.poll_interval_s]
@@ -172,16 +172,16 @@ async def _claim_waiting(
     beat_at = -BEAT_S
     jobs: list[Any] = []
     while True:
-        generation = app.work_generation()
+        generation = app.serving.work_generation()
         if time.monotonic() - beat_at >= BEAT_S:
-            beat = await asyncio.to_thread(app.heartbeat_worker, info)
+            beat = await asyncio.to_thread(app.serving.heartbeat_worker, info)
             beat_at = time.monotonic()
             if beat.stop:
                 return jobs, True
         if await request.is_disconnected():
             return jobs, False  # nobody would receive what we claim
         jobs = await asyncio.to_thread(
-            app.claim,
+            app.serving.claim,
             body.worker,
             body.queues,
             limit=limit,
@@ -192,11 +192,11 @@ async def _claim_waiting(
         remaining = deadline - time.monotonic()
         if jobs or remaining <= 0:
             return jobs, False
-        await app.await_work(generation, remaining)
+        await app.serving.await_work(generation, remaining)
 
 
 def report_one(app: Conveyor, worker: str, outcome: RemoteOutcome) -> Any:
-    [result] = app.report(worker, [outcome])
+    [result] = app.serving.report(worker, [outcome])
     return answer(result)
 
 
@@ -244,7 +244,7 @@ def snooze(job_id: JobPath, body: Snooze, app: Facade) -> Any:
 def heartbeat(job_id: JobPath, body: Held, request: Request, app: Facade) -> Any:
     """Heartbeats the worker (which keeps every job it holds) and checks this
     lease: 409 if it was lost; ``cancel_requested`` if an operator cancelled it."""
-    beat = app.heartbeat_worker(worker_info(body.worker, WorkerRegistration(), request))
+    beat = app.serving.heartbeat_worker(worker_info(body.worker, WorkerRegistration(), request))
     if beat.held.get(job_id) != body.token:
         return _lost(job_id)
     return {"job_id": job_id, "cancel_requested": job_id in beat.cancel, "stop": beat.stop}
@@ -254,7 +254,7 @@ def heartbeat(job_id: JobPath, body: Held, request: Request, app: Facade) -> Any
 def release(job_id: JobPath, body: Held, app: Facade) -> Any:
     """For a worker shutting down: the job goes back to the queue and the
     attempt does not count."""
-    if not app.release(body.worker, [Lease(job_id, body.token)]):
+    if not app.serving.release(body.worker, [Lease(job_id, body.token)]):
         return _lost(job_id)
     return {"job_id": job_id, "released": True}
 
@@ -263,7 +263,7 @@ def release(job_id: JobPath, body: Held, app: Facade) -> Any:
 def outcomes(body: Outcomes, app: Facade) -> Any:
     """One write for all (as an in-process worker batches them). Each result says
     whether it was accepted; refused ones changed nothing, and say why."""
-    results = app.report(body.worker, [o.outcome() for o in body.outcomes])
+    results = app.serving.report(body.worker, [o.outcome() for o in body.outcomes])
     return {"results": [serialize.outcome(x) for x in results]}
 
 

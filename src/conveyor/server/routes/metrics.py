@@ -94,7 +94,7 @@ class ClusterMetrics:
                     self.queue_wait.labels(job.queue, job.task).observe(max(0.0, wait))
                     self.run_time.labels(job.queue, job.task, str(job.state)).observe(run)
                 if batch is not None and batch.state != BatchState.RUNNING and batch.finished_at:
-                    first = self.app.batch_first_finished(batch.id)
+                    first = self.app.serving.batch_first_finished(batch.id)
                     if first is not None:
                         lag = (first - batch.created_at).total_seconds()
                         self.first_result.observe(max(0.0, lag))
@@ -124,7 +124,7 @@ class _Gauges:
             labels=["queue"],
         )
         now = datetime.now(UTC)
-        for queue, since in app.oldest_waiting().items():
+        for queue, since in app.serving.oldest_waiting().items():
             oldest.add_metric([queue], max(0.0, (now - since).total_seconds()))
         yield oldest
         workers = app.workers()
@@ -141,7 +141,7 @@ class _Gauges:
             value=len(workers) - alive,
         )
         yield GaugeMetricFamily(
-            "conveyor_batches_open", "Batches not closed yet.", value=app.open_batches()
+            "conveyor_batches_open", "Batches not closed yet.", value=app.serving.open_batches()
         )
         running = sum(c.count for c in app.counts() if c.state == JobState.RUNNING)
         yield GaugeMetricFamily("conveyor_jobs_running", "Jobs running now.", value=running)

@@ -85,7 +85,7 @@ def heartbeat(
     lists the jobs it still holds, those an operator asked to cancel, and
     whether it should stop."""
     info = worker_info(worker_id, body or WorkerRegistration(), request)
-    beat = ctx.conveyor.heartbeat_worker(info)
+    beat = ctx.conveyor.serving.heartbeat_worker(info)
     return {
         "held": sorted(beat.held),
         "cancel": sorted(beat.cancel),

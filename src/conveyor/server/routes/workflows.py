@@ -97,7 +97,7 @@ def _node(
     after = [named(name, "after") for name in spec.after]
     over = None if spec.map_over is None else named(spec.map_over, "map_over")
     try:
-        task = app.task_for(spec.task)
+        task = app.plumbing.task_for(spec.task)
         options = {} if spec.options is None else spec.options.options()
         task.template(**options)
         step = Step(task, tuple(spec.args), dict(spec.kwargs), options)
@@ -111,8 +111,11 @@ def _node(
 
 def view(app: Conveyor, workflow_id: int) -> dict[str, Any]:
     """A run with its nodes (a map node with its items' counts per state)."""
-    record = app.workflow_record(workflow_id)
-    return {**serialize.workflow(record), "nodes": _nodes(app, app.workflow_nodes(record.id))}
+    record = app.plumbing.workflow_record(workflow_id)
+    return {
+        **serialize.workflow(record),
+        "nodes": _nodes(app, app.plumbing.workflow_nodes(record.id)),
+    }
 
 
 def _nodes(app: Conveyor, nodes: list[WorkflowNode]) -> list[dict[str, Any]]:
@@ -122,7 +125,7 @@ def _nodes(app: Conveyor, nodes: list[WorkflowNode]) -> list[dict[str, Any]]:
 def _counts(app: Conveyor, node: WorkflowNode) -> dict[str, int] | None:
     if node.kind != "map" or node.items is None:
         return None
-    return app.workflow_item_counts(node.workflow_id, node.node)
+    return app.plumbing.workflow_item_counts(node.workflow_id, node.node)
 
 
 router = APIRouter(tags=["workflows"])
@@ -185,10 +188,10 @@ def get_workflow(workflow_id: WorkflowPath, app: Facade) -> Any:
     dependencies=[requires(READ)],
 )
 def node_items(workflow_id: WorkflowPath, node: NodePath, app: Facade) -> Any:
-    nodes = app.workflow_nodes(app.workflow_record(workflow_id).id)
+    nodes = app.plumbing.workflow_nodes(app.plumbing.workflow_record(workflow_id).id)
     if node >= len(nodes):
         raise ConfigError(f"node: workflow {workflow_id} has nodes 0 to {len(nodes) - 1}")
-    items = app.workflow_items(workflow_id, node)
+    items = app.plumbing.workflow_items(workflow_id, node)
     return {"node": _nodes(app, [nodes[node]])[0], "items": _nodes(app, items)}
 
 
@@ -212,7 +215,7 @@ def cancel_workflow(workflow_id: WorkflowPath, app: Facade) -> Any:
 def retry_workflow(workflow_id: WorkflowPath, app: Facade) -> Any:
     """What succeeded is kept; a map runs only its items that did not succeed.
     ``retried``: the number of nodes run again. 409 while the run is running."""
-    record = app.workflow_record(workflow_id)
+    record = app.plumbing.workflow_record(workflow_id)
     if record.state == WorkflowState.RUNNING:
         raise Conflict(f"workflow {record.id} is still running: cancel it or let it end")
     retried = app.retry_workflow(workflow_id)
@@ -221,12 +224,14 @@ def retry_workflow(workflow_id: WorkflowPath, app: Facade) -> Any:
 
 # -- events --------------------------------------------------------------------------------
 async def existing_workflow(workflow_id: WorkflowPath, app: Facade) -> None:
-    await asyncio.to_thread(app.workflow_record, workflow_id)  # 404 before the stream starts
+    await asyncio.to_thread(
+        app.plumbing.workflow_record, workflow_id
+    )  # 404 before the stream starts
 
 
 def _snapshot(app: Conveyor, workflow_id: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    return serialize.workflow(app.workflow_record(workflow_id)), _nodes(
-        app, app.workflow_nodes(workflow_id)
+    return serialize.workflow(app.plumbing.workflow_record(workflow_id)), _nodes(
+        app, app.plumbing.workflow_nodes(workflow_id)
     )
 
 
@@ -239,7 +244,7 @@ async def workflow_stream(app: Conveyor, workflow_id: int) -> AsyncIterator[str]
     sent: dict[int, tuple[Any, ...]] = {}
     state, seq, quiet_since = None, 0, time.monotonic()
     while True:
-        generation = app.change_generation()
+        generation = app.plumbing.change_generation()
         record, nodes = await asyncio.to_thread(_snapshot, app, workflow_id)
         out = []
         for node in nodes:
@@ -260,7 +265,7 @@ async def workflow_stream(app: Conveyor, workflow_id: int) -> AsyncIterator[str]
             quiet_since = time.monotonic()
         if state != WorkflowState.RUNNING:
             return
-        await asyncio.to_thread(app.wait_for_change, generation, EVENTS_POLL_S)
+        await asyncio.to_thread(app.plumbing.wait_for_change, generation, EVENTS_POLL_S)
 
 
 @router.get(
