@@ -7,7 +7,10 @@ code that measures PgQueuer and the others (see that module for the phases).
 Settings: Conveyor's public API only. Bulk enqueue is ``task.send_many`` (one
 statement, one transaction per chunk); one-by-one is ``task.send``; the worker is
 ``Worker(app, queues=["bench"], concurrency=C, fetch_batch=B, lease_s=30)`` run
-with ``run_async`` in one process. ``--backend postgres`` uses the database
+with ``run_async`` in one process, or with ``--cli`` what a user runs: the process
+becomes ``conveyor worker --app cli_app:app --queues bench --burst`` (the CLI's
+defaults; ``bench/cli_app.py``) before it imports Conveyor, so the harness's wall
+time is that process's. ``--backend postgres`` uses the database
 ``peer_conveyor`` (default durable settings); ``--backend sqlite`` uses a file in
 the scratch folder with Conveyor's default ``synchronous=full``.
 
@@ -31,11 +34,28 @@ if not (PEERS / "_common.py").is_file():
     )
 sys.path.insert(0, str(PEERS))
 import _common as C  # noqa: E402
-from _bench import commit  # noqa: E402
 
-import conveyor  # noqa: E402
-from conveyor import Conveyor  # noqa: E402
-from conveyor.runtime.worker import Worker  # noqa: E402
+
+def exec_cli_worker(argv: list[str]) -> None:
+    """--cli: this worker process becomes `conveyor worker` (never returns)."""
+    p = C.base_parser(__doc__)
+    p.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
+    args, _ = p.parse_known_args(argv)
+    url = C.dsn(PG_DB) if args.backend == "postgres" else f"sqlite:///{SQLITE_FILE}"
+    env = {
+        **os.environ,
+        "CONVEYOR_DATABASE_URL": url,
+        "PEERBENCH_ROLE": args.role,
+        "PEERBENCH_RESULT": args.result_file,
+        "PEERBENCH_N": str(args.n if args.role == "worker-drain" else args.lat_n),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO / "bench"), str(PEERS), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    cmd = [sys.executable, "-m", "conveyor.cli.main", "worker", "--app", "cli_app:app"]
+    cmd += ["--queues", "bench", *(["--burst"] if args.role == "worker-drain" else [])]
+    os.execve(sys.executable, cmd, env)
+
 
 QUEUE = "bench"
 PG_DB = "peer_conveyor"
@@ -44,6 +64,17 @@ PG_DB = "peer_conveyor"
 # clobbers the PostgreSQL one.
 SQLITE_DB = "peer_conveyor_sqlite"
 SQLITE_FILE = C.SCRATCH / "conveyor.db"
+# before Conveyor is imported: the worker's start-up is the CLI's alone
+ROLE = sys.argv[1] if len(sys.argv) > 1 else ""
+if __name__ == "__main__" and ROLE.startswith("worker-") and "--cli" in sys.argv:
+    exec_cli_worker(sys.argv[1:])
+
+from _bench import commit  # noqa: E402
+
+import conveyor  # noqa: E402
+from conveyor import Conveyor  # noqa: E402
+from conveyor.runtime.worker import Worker  # noqa: E402
+
 FINISHED = {"succeeded", "failed", "cancelled"}
 
 
@@ -86,6 +117,7 @@ class Adapter:
             "fetch_batch": args.fetch_batch,
             "durability": "durable" if args.backend == "postgres" else "synchronous=full",
             "loop": args.loop,
+            "worker": "conveyor worker (CLI defaults)" if args.cli else "in-process Worker",
             "commit": commit(),
         }
         self.app = None
@@ -195,8 +227,15 @@ def main():
         default="asyncio",
         help="event loop of the worker and the producer (Worker.run uses asyncio)",
     )
+    p.add_argument(
+        "--cli",
+        action="store_true",
+        help="drain and latency by `conveyor worker` with its defaults (its concurrency and "
+        "fetch batch: --concurrency and --fetch-batch are then ignored), as users run it",
+    )
     args = p.parse_args()
-    extra = [
+    extra = ["--cli"] if args.cli else []
+    extra += [
         "--backend",
         args.backend,
         "--concurrency",

@@ -7,7 +7,8 @@
 #   2. PostgreSQL: $PEERBENCH_PG if set, else 127.0.0.1:5432 if it answers, else
 #      the shared throwaway cluster (cluster.sh, 127.0.0.1:5433);
 #   3. PgQueuer (batch 100 x2, batch 10 x1), Conveyor on PostgreSQL (x2) and on
-#      SQLite (x1), 20,000 jobs each, appended to
+#      SQLite (x1) by `conveyor worker` with the CLI's defaults (bench_conveyor.py
+#      --cli, as users run it), 20,000 jobs each, appended to
 #      /tmp/peerbench/results/conveyor-<timestamp>.jsonl;
 #   4. Conveyor batches (bench/bench_batches.py: creating a 10,000-item batch,
 #      progress of a 100,000-job batch, close delay) on PostgreSQL and SQLite,
@@ -122,8 +123,8 @@ T0=$(date +%s)
 cd "$REPO"
 run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 2 --batch-size 100 --label batch100
 run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 1 --label batch10
-run "$PY" bench/bench_conveyor.py --backend postgres --n "$N" --runs 2 --label postgres
-run "$PY" bench/bench_conveyor.py --backend sqlite --n "$N" --runs 1 --label sqlite
+run "$PY" bench/bench_conveyor.py --backend postgres --n "$N" --runs 2 --label postgres --cli
+run "$PY" bench/bench_conveyor.py --backend sqlite --n "$N" --runs 1 --label sqlite --cli
 say "peer runs took $(( $(date +%s) - T0 ))s; results in $OUT"
 
 # -- 4. batches (own script, own results file) ----------------------------------------------

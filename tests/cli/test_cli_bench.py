@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 
+import psycopg
+import pytest
+
 from conveyor import Conveyor
 
+from ..conftest import only_on
 from .conftest import Invoke
 
 
@@ -62,3 +66,39 @@ def test_bench_with_pgqueuer_needs_postgresql(invoke: Invoke, tmp_path) -> None:
     result = invoke("bench", "--pgqueuer", url=f"sqlite:///{tmp_path / 'b.db'}")
     assert result.exit_code == 2
     assert "--pgqueuer needs a PostgreSQL URL" in result.output
+
+
+@only_on("postgres")
+def test_bench_with_pgqueuer_uses_tables_of_its_own(invoke: Invoke, db_url: str) -> None:
+    """PgQueuer's drains alternate with Conveyor's, each from new tables of the
+    benchmark's own (prefixed), dropped at the end: a PgQueuer table of the
+    database's users is neither read nor changed."""
+    pytest.importorskip("pgqueuer")
+    pytest.importorskip("asyncpg")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE pgqueuer (mine int)")
+        conn.execute("INSERT INTO pgqueuer VALUES (42)")
+
+    result = invoke(
+        "bench",
+        "--jobs",
+        "100",
+        "--rounds",
+        "2",
+        "--phases",
+        "drain",
+        "--pgqueuer",
+        "--json",
+        url=db_url,
+    )
+
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.output)["results"]
+    assert len(r["drain"]["runs"]) == len(r["pgqueuer"]["drain_batch100_runs"]) == 2
+    assert len(r["drain"]["round_ratios"]) == len(r["drain"]["wall_ratios"]) == 2
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT mine FROM pgqueuer").fetchall() == [(42,)]
+        left = conn.execute(
+            "SELECT relname FROM pg_class WHERE relname LIKE 'conveyor\\_bench\\_%'"
+        ).fetchall()
+        assert left == []

@@ -4,8 +4,10 @@ test cuts. No fakes: real servers, real sockets, real worker processes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -96,6 +98,31 @@ class Cluster:
         """Stop as a crash does: every server process quits at once, no checkpoint,
         WAL not yet written from its buffers is lost; the next start recovers."""
         self._as_pg(f"{self.bin}/pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def kill(self) -> None:
+        """``kill -9`` of the postmaster and, in the same instant, of every server
+        process it started (as a power cut of the database's machine does): no
+        process writes another byte, so WAL still in the server's buffers (a claim
+        committed without waiting for it) is lost; the next start recovers."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    pids.append(int(stat.parent.name))
+            except (OSError, ValueError, IndexError):
+                continue  # a process that ended meanwhile
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in pids:  # gone, shared memory released, before the next start
+            while Path(f"/proc/{pid}").exists() and "Z" not in _state(pid):
+                time.sleep(0.01)
+        # Its lock files are stale, as after the machine's reboot; but a killed
+        # postmaster nobody reaps (this machine's init does not) keeps its pid, and
+        # the next postmaster would take that for a server still running.
+        for stale in [self.data / "postmaster.pid", *self.root.glob(".s.PGSQL.*")]:
+            stale.unlink(missing_ok=True)
 
     def answers(self) -> bool:
         try:
@@ -223,6 +250,14 @@ def proxy_to() -> Iterator:
     yield make
     for p in made:
         p.close()
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (Z: a zombie, ended but not yet reaped), "" if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def cpu_seconds(pid: int) -> float:

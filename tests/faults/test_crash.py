@@ -6,10 +6,15 @@ runs again (at-least-once), and the counts agree with the jobs."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from conveyor import Conveyor
 from conveyor.records import Finalize
+
+from ..runtime.conftest import Procs
+from .conftest import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -61,3 +66,33 @@ def test_claims_undone_by_a_crash_run_again_and_count_once(cluster):
         print(f"claims undone by the crashes: {undone}, kept: {kept}")
     finally:
         app.close()
+
+
+def test_a_postmaster_killed_mid_drain_loses_nothing_and_counts_each_job_once(cluster, tmp_path):
+    """kill -9 of the server (the postmaster and all its processes at once) while a
+    worker process drains: after the restart the worker goes on by itself; every
+    job's handler ran (its side effect is in the file), every job succeeded and is
+    counted once. A job whose claim the crash undid ran again (at-least-once)."""
+    producer = Conveyor(cluster.url)
+    producer.task(name="effect")(lambda *a: None)
+    producer.migrate()
+    procs = Procs(cluster.url, tmp_path / "effects.log")
+    n = 3_000
+    try:
+        sent = producer.tasks["effect"].send_many([(i,) for i in range(n)])
+        worker = procs.worker(worker_ttl_s=5, heartbeat_s=0.5, concurrency=20)
+        wait_until(lambda: len(procs.lines("ran")) >= 300, 60, "the drain under way")
+        cluster.kill()  # mid-drain: claims, handlers and outcome writes in flight
+        cluster.start()
+        procs.drain_and_stop(producer, [worker])
+        ran = Counter(job for job, _ in procs.lines("ran"))
+        assert set(ran) == {j.id for j in sent}, "a job's handler never ran"
+        again = sorted(j for j, times in ran.items() if times > 1)
+        states = Counter(producer.get_job(j.id).state for j in sent)
+        assert states == {"succeeded": n}, (states, again)
+        producer.backend.counts_fold()
+        counts = {c.state: c.count for c in producer.counts() if c.count}
+        assert counts == {"succeeded": n}, (counts, again)
+    finally:
+        procs.cleanup()
+        producer.close()

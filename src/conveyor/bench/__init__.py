@@ -5,10 +5,14 @@ each phase; nothing else in the database is read or changed):
 
 - ``enqueue``: ``enqueue_many`` of N jobs in calls of 1,000, the same N jobs in
   one call (median of 3), then one-by-one ``enqueue`` of N/10 (at most 2,000): jobs/s.
-- ``drain``: N no-op jobs waiting, then one real ``conveyor worker --burst``
-  process with the CLI's defaults; jobs/s from the first handler start to the
-  last handler end (as the shared peer harness measures every queue), and with
-  the worker's start-up included; the median of ``rounds`` drains, each listed.
+- ``drain``: N no-op jobs waiting, then one ``conveyor worker --queues
+  conveyor_bench --burst`` process with the CLI's defaults, as the README runs
+  it; jobs/s from the first handler start to the last handler end (as the shared
+  peer harness measures every queue), and over the process's wall time (start-up
+  and exit included); the median of ``rounds`` drains, each listed. Each drain
+  starts from Conveyor's tables as autovacuum leaves them (PostgreSQL: the dead
+  rows of the drains before vacuumed first), not from a new database as the peer
+  harness's do: in this database, as it is run.
 - ``latency``: one idle ``conveyor worker`` (defaults); 200 jobs sent at 50/s;
   the delay from each send to its handler's start, p50 / p99.
 - ``limits``: ``rounds`` pairs of drains, one with a queue limit
@@ -19,8 +23,11 @@ each phase; nothing else in the database is read or changed):
 
 With ``pgqueuer`` importable and a PostgreSQL URL, ``--pgqueuer`` also runs
 PgQueuer's bulk enqueue and its drain at batch 100 and at its default batch 10 in
-the same run, and gives the ratios (PgQueuer's tables are installed in that
-database and its queue emptied: use a scratch database for it).
+the same run, each drain from new tables of the benchmark's own (``pgq.py``), and
+gives the ratios. With the drain phase, PgQueuer's batch-100 drains alternate with
+Conveyor's (round by round, the order swapped each round), and the drain ratio is
+the median of the rounds' ratios, as the peer harness reports it: the machine's
+speed drifts between minutes by more than the difference measured.
 """
 
 from __future__ import annotations
@@ -66,12 +73,17 @@ def _pct(values: list[float], p: float) -> float:
 
 
 class Bench:
-    def __init__(self, url: str, jobs: int, say: Callable[[str], None], rounds: int) -> None:
+    def __init__(
+        self, url: str, jobs: int, say: Callable[[str], None], rounds: int, pgqueuer: bool = False
+    ) -> None:
         if jobs < 10:
             raise ConfigError(f"--jobs must be at least 10, got {jobs}")
         if rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {rounds}")
         self.url, self.jobs, self.say, self.rounds = url, jobs, say, rounds
+        self.pgqueuer = pgqueuer
+        #: PgQueuer's batch-100 drains measured beside Conveyor's (phase_drain)
+        self.pgq_batch100: list[dict[str, float]] | None = None
         self.app = Conveyor(url)
         self.app.migrate()
         self.report = Report(redact_url(url), jobs)
@@ -95,8 +107,10 @@ class Bench:
         out = self._tmp / f"worker-{time.monotonic_ns()}.json"
         env = {**os.environ, "CONVEYOR_DATABASE_URL": self.url, "CONVEYOR_BENCH_OUT": str(out)}
         cmd = [sys.executable, "-m", "conveyor.cli.main", "worker"]
-        cmd += ["--app", "conveyor.bench.worker_app:app", "--log-level", "warning", *extra]
-        proc = subprocess.Popen(cmd, env=env)
+        cmd += ["--app", "conveyor.bench.worker_app:app", "--queues", QUEUE, *extra]
+        # the CLI's defaults, its log level too: what it logs goes to a file beside
+        with open(out.with_suffix(".log"), "wb") as log:
+            proc = subprocess.Popen(cmd, env=env, stderr=log)
         try:
             yield proc, out
         finally:
@@ -109,13 +123,20 @@ class Bench:
                     proc.wait()
 
     def drain(self) -> dict[str, float]:
+        # From tables as autovacuum leaves them (PostgreSQL; a no-op elsewhere), as
+        # PgQueuer's drains start from new tables: the dead rows of the drains
+        # before, which a server with autovacuum off keeps, slowed a drain by ~10%
+        # (a new database: ~7% faster still). Only tables with the dead rows of
+        # about a drain of the benchmark's own: none of a big table's few.
+        self.app.backend.tidy(min_dead=max(1, self.jobs // 2), dead_fraction=0.0)
         self.enqueue(self.jobs)
         began = time.perf_counter()
         with self.worker("--burst") as (proc, out):
             code = proc.wait()
         wall = time.perf_counter() - began
         if code != 0:
-            raise RuntimeError(f"the benchmark worker exited with status {code}")
+            said = out.with_suffix(".log").read_text(errors="replace")[-2_000:]
+            raise RuntimeError(f"the benchmark worker exited with status {code}:\n{said}")
         notes = json.loads(out.read_text())
         if notes["count"] != self.jobs:
             raise RuntimeError(f"the worker ran {notes['count']} of {self.jobs} jobs")
@@ -153,14 +174,32 @@ class Bench:
         }
 
     def phase_drain(self) -> None:
-        runs = []
+        from . import pgq
+
+        runs: list[dict[str, float]] = []
+        theirs: list[dict[str, float]] = []
         for r in range(self.rounds):
-            self.say(
-                f"drain: {self.jobs:,} no-op jobs, one `conveyor worker --burst` (CLI defaults)"
-                f" ({r + 1}/{self.rounds})"
-            )
-            runs.append(self.drain())
+            ours_first = r % 2 == 0 or not self.pgqueuer
+            for mine in (True, False) if ours_first else (False, True):
+                if mine:
+                    self.say(
+                        f"drain: {self.jobs:,} no-op jobs, one `conveyor worker --burst`"
+                        f" (CLI defaults) ({r + 1}/{self.rounds})"
+                    )
+                    runs.append(self.drain())
+                elif self.pgqueuer:
+                    self.say(
+                        f"drain: {self.jobs:,} no-op jobs, one PgQueuer worker, batch_size=100"
+                        f" ({r + 1}/{self.rounds})"
+                    )
+                    theirs.append(pgq.drain(self.url, self._tmp, self.jobs, 100))
         self.report.results["drain"] = _medians(runs)
+        if self.pgqueuer:
+            self.pgq_batch100 = theirs
+            for key, name in (("jobs_per_s", "round_ratios"), ("wall_jobs_per_s", "wall_ratios")):
+                self.report.results["drain"][name] = [
+                    round(a[key] / b[key], 2) for a, b in zip(runs, theirs, strict=True)
+                ]
 
     def phase_limits(self) -> None:
         limited, unlimited, ratios = [], [], []
@@ -213,15 +252,21 @@ class Bench:
         from . import pgq
 
         self.report.results["pgqueuer"] = pgq.run(
-            self.url, self.jobs, self._tmp, self.say, rounds=self.rounds
+            self.url, self.jobs, self._tmp, self.say, self.rounds, self.pgq_batch100
         )
         ours, theirs = self.report.results, self.report.results["pgqueuer"]
         if "drain" in ours:
-            d = ours["drain"]["jobs_per_s"]
+            d = ours["drain"]
+            # alternated round by round: the median of the rounds' ratios
             self.report.ratios["drain_vs_pgqueuer_batch100"] = round(
-                d / theirs["drain_batch100"], 2
+                statistics.median(d["round_ratios"]), 2
             )
-            self.report.ratios["drain_vs_pgqueuer_batch10"] = round(d / theirs["drain_batch10"], 2)
+            self.report.ratios["drain_with_start_up_vs_pgqueuer_batch100"] = round(
+                statistics.median(d["wall_ratios"]), 2
+            )
+            self.report.ratios["drain_vs_pgqueuer_batch10"] = round(
+                d["jobs_per_s"] / theirs["drain_batch10"], 2
+            )
         if "enqueue" in ours:
             b = ours["enqueue"]["bulk_jobs_per_s"]
             self.report.ratios["bulk_enqueue_vs_pgqueuer"] = round(b / theirs["bulk_jobs_per_s"], 2)
@@ -253,7 +298,7 @@ def run(
         from . import pgq
 
         pgq.check()  # before any phase: a missing package fails at once
-    bench = Bench(url, jobs, say, rounds)
+    bench = Bench(url, jobs, say, rounds, pgqueuer)
     try:
         bench.clear()
         for phase in PHASES:  # in this order whatever the order asked
@@ -299,9 +344,10 @@ def markdown(report: Report) -> str:
         d = r["drain"]
         rows.append(
             (
-                f"drain, `conveyor worker` defaults{_of(d['runs'])}",
-                f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} with start-up)"
-                f"{_runs(d['runs'])}",
+                "drain, one `conveyor worker --queues conveyor_bench --burst` process"
+                f" (CLI defaults), first handler start to last end{_of(d['runs'])}",
+                f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} over the process's"
+                f" wall time, start-up included){_runs(d['runs'])}",
             )
         )
     if "limits" in r:
@@ -335,15 +381,28 @@ def markdown(report: Report) -> str:
         p = r["pgqueuer"]
         rows.append((f"PgQueuer {p['version']} bulk enqueue", f"{p['bulk_jobs_per_s']:,} jobs/s"))
         runs = p["drain_batch100_runs"]
+        beside = ", alternating with Conveyor's" if "round_ratios" in r.get("drain", {}) else ""
         rows.append(
             (
-                f"PgQueuer drain, batch 100{_of(runs)}",
-                f"{p['drain_batch100']:,} jobs/s{_runs(runs)}",
+                f"PgQueuer drain, batch 100, one worker process, new tables{beside}{_of(runs)}",
+                f"{p['drain_batch100']:,} jobs/s ({p['drain_batch100_wall']:,} over its wall"
+                f" time){_runs(runs)}",
             )
         )
         rows.append(("PgQueuer drain, batch 10 (its default)", f"{p['drain_batch10']:,} jobs/s"))
+    rounds = {
+        "drain_vs_pgqueuer_batch100": r.get("drain", {}).get("round_ratios", []),
+        "drain_with_start_up_vs_pgqueuer_batch100": r.get("drain", {}).get("wall_ratios", []),
+    }
     for name, ratio in report.ratios.items():
-        rows.append((name.replace("_", " "), f"**{ratio:.2f}x**"))
+        each = rounds.get(name, [])
+        rows.append(
+            (
+                name.replace("_", " ") + (", median of the rounds' ratios" if each else ""),
+                f"**{ratio:.2f}x**"
+                + (f" (rounds {', '.join(f'{x:.2f}' for x in each)})" if len(each) > 1 else ""),
+            )
+        )
     lines = [
         f"`conveyor bench` on {report.url}, {report.jobs:,} jobs",
         "",

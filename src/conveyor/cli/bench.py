@@ -39,8 +39,9 @@ from .core import State, pass_state
 @click.option(
     "--pgqueuer",
     is_flag=True,
-    help="Also run PgQueuer (pip install pgqueuer) in the same run and print the ratios. "
-    "PostgreSQL only; installs PgQueuer's tables in that database: use a scratch one.",
+    help="Also run PgQueuer (pip install pgqueuer) in the same run, its drains alternating "
+    "with Conveyor's, and print the ratios. PostgreSQL only; its tables are the benchmark's "
+    "own (prefixed conveyor_bench_), new for each drain and dropped at the end.",
 )
 @click.option(
     "--database-url",
@@ -67,7 +68,8 @@ def bench(
     \b
     Phases (only the queue `conveyor_bench` is used; its jobs are deleted after each):
       enqueue  enqueue_many of N jobs (1,000 per call), of N in one call, then N/10 one by one
-      drain    N no-op jobs run by one `conveyor worker --burst` with its defaults
+      drain    N no-op jobs run by one `conveyor worker --burst` with its defaults:
+               first handler start to last end, and the process's wall time
       latency  200 jobs sent at 50/s to an idle worker: send to handler start
       limits   the drain with a queue limit that never binds, vs unlimited beside it
 
