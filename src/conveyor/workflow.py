@@ -87,6 +87,7 @@ class Workflow:
             raise ConfigError(f"name: a workflow needs a name of 1 to 200 characters, got {name!r}")
         self.app, self.name, self.idempotency_key = app, name, idempotency_key
         self.specs: list[WorkflowNodeSpec] = []
+        self._names: set[str] = set()
         self.started: WorkflowRun | None = None
 
     def add(
@@ -151,7 +152,7 @@ class Workflow:
             raise ConfigError(
                 f"on_parent_failure: one of {', '.join(POLICIES)}, got {on_parent_failure!r}"
             )
-        taken = {s.name for s in self.specs}
+        taken = self._names
         if name is None:
             base = step.task.name.rsplit(".", 1)[-1]
             name = base if base not in taken else f"{base}-{len(self.specs)}"
@@ -161,6 +162,7 @@ class Workflow:
             raise ConfigError(f"name: workflow {self.name!r} has a node {name!r} already")
         spec = WorkflowNodeSpec(name, kind, step.to_dict(), tuple(parents), over, on_parent_failure)
         self.specs.append(spec)
+        taken.add(name)
         return Node(self, len(self.specs) - 1, name)
 
     def fingerprint(self) -> str:
