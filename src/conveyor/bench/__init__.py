@@ -319,81 +319,72 @@ def _runs(runs: list[Any]) -> str:
     return f" (runs: {', '.join(f'{x:,}' for x in runs)})" if len(runs) > 1 else ""
 
 
-def markdown(report: Report) -> str:
-    """The report as a Markdown table."""
+def _enqueue_rows(report: Report) -> list[tuple[str, str]]:
+    e = report.results["enqueue"]
+    rows = [("bulk enqueue (enqueue_many, 1,000 per call)", f"{e['bulk_jobs_per_s']:,} jobs/s")]
+    if "one_call_jobs_per_s" in e:
+        rows.append(
+            (
+                f"bulk enqueue, {report.jobs:,} jobs in one enqueue_many call (median of 3)",
+                f"{e['one_call_jobs_per_s']:,} jobs/s"
+                f" (runs: {', '.join(f'{c:,}' for c in e['one_call_runs'])})",
+            )
+        )
+    rows.append(("one-by-one enqueue", f"{e['one_jobs_per_s']:,} jobs/s"))
+    return rows
+
+
+def _drain_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (
+            "drain, one `conveyor worker --queues conveyor_bench --burst` process"
+            f" (CLI defaults), first handler start to last end{_of(d['runs'])}",
+            f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} over the process's"
+            f" wall time, start-up included){_runs(d['runs'])}",
+        )
+    ]
+
+
+def _limit_rows(lim: dict[str, Any]) -> list[tuple[str, str]]:
+    rounds = lim["round_ratios"]
+    return [
+        (
+            f"drain with a queue limit that never binds{_of(rounds)}",
+            f"{lim['queue_limit_1000']['jobs_per_s']:,} jobs/s"
+            f"{_runs(lim['queue_limit_1000']['runs'])}"
+            f"; unlimited beside it {lim['unlimited']['jobs_per_s']:,}"
+            f"{_runs(lim['unlimited']['runs'])}",
+        ),
+        (
+            "limited / unlimited, median of the rounds' ratios",
+            f"{lim['ratio_to_unlimited']:.2f}x"
+            + (f" (rounds {', '.join(f'{x:.2f}' for x in rounds)})" if len(rounds) > 1 else ""),
+        ),
+    ]
+
+
+def _pgqueuer_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    p = r["pgqueuer"]
+    runs = p["drain_batch100_runs"]
+    beside = ", alternating with Conveyor's" if "round_ratios" in r.get("drain", {}) else ""
+    return [
+        (f"PgQueuer {p['version']} bulk enqueue", f"{p['bulk_jobs_per_s']:,} jobs/s"),
+        (
+            f"PgQueuer drain, batch 100, one worker process, new tables{beside}{_of(runs)}",
+            f"{p['drain_batch100']:,} jobs/s ({p['drain_batch100_wall']:,} over its wall"
+            f" time){_runs(runs)}",
+        ),
+        ("PgQueuer drain, batch 10 (its default)", f"{p['drain_batch10']:,} jobs/s"),
+    ]
+
+
+def _ratio_rows(report: Report) -> list[tuple[str, str]]:
     r = report.results
-    rows: list[tuple[str, str]] = []
-    if "enqueue" in r:
-        rows.append(
-            (
-                "bulk enqueue (enqueue_many, 1,000 per call)",
-                f"{r['enqueue']['bulk_jobs_per_s']:,} jobs/s",
-            )
-        )
-        if "one_call_jobs_per_s" in r["enqueue"]:
-            e = r["enqueue"]
-            rows.append(
-                (
-                    f"bulk enqueue, {report.jobs:,} jobs in one enqueue_many call (median of 3)",
-                    f"{e['one_call_jobs_per_s']:,} jobs/s"
-                    f" (runs: {', '.join(f'{c:,}' for c in e['one_call_runs'])})",
-                )
-            )
-        rows.append(("one-by-one enqueue", f"{r['enqueue']['one_jobs_per_s']:,} jobs/s"))
-    if "drain" in r:
-        d = r["drain"]
-        rows.append(
-            (
-                "drain, one `conveyor worker --queues conveyor_bench --burst` process"
-                f" (CLI defaults), first handler start to last end{_of(d['runs'])}",
-                f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} over the process's"
-                f" wall time, start-up included){_runs(d['runs'])}",
-            )
-        )
-    if "limits" in r:
-        lim = r["limits"]
-        rounds = lim["round_ratios"]
-        rows.append(
-            (
-                f"drain with a queue limit that never binds{_of(rounds)}",
-                f"{lim['queue_limit_1000']['jobs_per_s']:,} jobs/s"
-                f"{_runs(lim['queue_limit_1000']['runs'])}"
-                f"; unlimited beside it {lim['unlimited']['jobs_per_s']:,}"
-                f"{_runs(lim['unlimited']['runs'])}",
-            )
-        )
-        rows.append(
-            (
-                "limited / unlimited, median of the rounds' ratios",
-                f"{lim['ratio_to_unlimited']:.2f}x"
-                + (f" (rounds {', '.join(f'{x:.2f}' for x in rounds)})" if len(rounds) > 1 else ""),
-            )
-        )
-    if "latency" in r:
-        lat = r["latency"]
-        rows.append(
-            (
-                "enqueue to handler start, idle worker",
-                f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms",
-            )
-        )
-    if "pgqueuer" in r:
-        p = r["pgqueuer"]
-        rows.append((f"PgQueuer {p['version']} bulk enqueue", f"{p['bulk_jobs_per_s']:,} jobs/s"))
-        runs = p["drain_batch100_runs"]
-        beside = ", alternating with Conveyor's" if "round_ratios" in r.get("drain", {}) else ""
-        rows.append(
-            (
-                f"PgQueuer drain, batch 100, one worker process, new tables{beside}{_of(runs)}",
-                f"{p['drain_batch100']:,} jobs/s ({p['drain_batch100_wall']:,} over its wall"
-                f" time){_runs(runs)}",
-            )
-        )
-        rows.append(("PgQueuer drain, batch 10 (its default)", f"{p['drain_batch10']:,} jobs/s"))
     rounds = {
         "drain_vs_pgqueuer_batch100": r.get("drain", {}).get("round_ratios", []),
         "drain_with_start_up_vs_pgqueuer_batch100": r.get("drain", {}).get("wall_ratios", []),
     }
+    rows = []
     for name, ratio in report.ratios.items():
         each = rounds.get(name, [])
         rows.append(
@@ -403,6 +394,30 @@ def markdown(report: Report) -> str:
                 + (f" (rounds {', '.join(f'{x:.2f}' for x in each)})" if len(each) > 1 else ""),
             )
         )
+    return rows
+
+
+def markdown(report: Report) -> str:
+    """The report as a Markdown table."""
+    r = report.results
+    rows: list[tuple[str, str]] = []
+    if "enqueue" in r:
+        rows += _enqueue_rows(report)
+    if "drain" in r:
+        rows += _drain_rows(r["drain"])
+    if "limits" in r:
+        rows += _limit_rows(r["limits"])
+    if "latency" in r:
+        lat = r["latency"]
+        rows.append(
+            (
+                "enqueue to handler start, idle worker",
+                f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms",
+            )
+        )
+    if "pgqueuer" in r:
+        rows += _pgqueuer_rows(r)
+    rows += _ratio_rows(report)
     lines = [
         f"`conveyor bench` on {report.url}, {report.jobs:,} jobs",
         "",
