@@ -47,6 +47,7 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.cli.main import cli
+from conveyor.registry import user_tasks
 from conveyor.runtime.worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,7 +161,7 @@ class PageRun:
     def start_worker(self, block: Block) -> None:
         app = self.ns.get("app")
         assert isinstance(app, Conveyor), f"{block.where}: <!-- worker --> needs `app` defined"
-        queues = sorted({t.defaults.queue for t in app.tasks.values()} | {app.default_queue})
+        queues = sorted({t.defaults.queue for t in user_tasks(app.tasks)} | {app.default_queue})
         worker = Worker(app, queues=queues, poll_s=0.05)
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
         thread.start()

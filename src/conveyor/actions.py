@@ -1,27 +1,31 @@
 """The façade's operator actions on jobs: one job, or every job a filter
-matches (in transactions of ``BULK_CHUNK`` rows), in this thread or in the
-background with an audit record (``start_bulk``)."""
+matches (in transactions of ``BULK_CHUNK`` rows), in this thread or as a job of
+the built-in ``BULK_TASK`` with an audit record (``start_bulk``, ``run_bulk``)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from . import serialize
 from .backends.interfaces import Backend
 from .checks import check_id, make_filter
-from .errors import ConfigError, JobNotFound
+from .errors import ConfigError, JobNotFound, Permanent
 from .job import Job
 from .records import ActionRecord, BulkResult, JobFilter, JobState
+from .registry import BULK_TASK
+from .runtime.context import current_job
 
 log = logging.getLogger("conveyor")
 #: rows a bulk action changes per transaction
 BULK_CHUNK = 500
+
+
+class BulkActionMissing(JobNotFound, Permanent):
+    """A bulk action's job names an action with no record: it fails at once."""
 
 
 class ActionsHost(Protocol):
@@ -35,6 +39,14 @@ class ActionsHost(Protocol):
     def count_jobs(
         self, filter: JobFilter | None = None, *, cap: int | None = None, **fields: Any
     ) -> dict[str, int]: ...
+
+    def enqueue(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Job: ...
 
 
 class Actions:
@@ -140,6 +152,8 @@ class Actions:
     def start_bulk(
         self, action: str, filter: JobFilter, *, actor: str | None = None
     ) -> ActionRecord:
+        """Record the action (state running), then send the job of the built-in
+        ``BULK_TASK`` that runs it (under a key of the action's id: sent once)."""
         run = self.bulk_method(action)
         matched = run(filter, dry_run=True).matched
         action_id = uuid.uuid4().hex[:16]
@@ -151,33 +165,48 @@ class Actions:
             actor=actor,
             matched=matched,
         )
-        last = [time.monotonic()]
+        self._host.enqueue(BULK_TASK, (action_id,), idempotency_key=f"{BULK_TASK}:{action_id}")
+        return self.bulk_action(action_id)
+
+    def run_bulk(self, action_id: str) -> dict[str, Any]:
+        """The handler of ``BULK_TASK``: run the recorded action, in chunks, its
+        progress written to the record after each. Another attempt (after a crash)
+        goes on where this one stopped: what was done no longer matches the filter,
+        and ``done`` adds to what the record says. An action that ended is left be."""
+        backend = self._host.backend
+        record = backend.action_get(action_id=str(action_id))
+        if record is None:
+            raise BulkActionMissing(f"no bulk action with id {action_id}")
+        if record.state != "running":
+            return {"state": record.state, "done": record.done, "requested": record.requested}
+        base_done, base_requested = record.done, record.requested
 
         def progress(done: int) -> None:
-            if time.monotonic() - last[0] >= 0.5:  # a write per half second at most
-                last[0] = time.monotonic()
-                self._host.backend.action_update(
-                    action_id=action_id, done=done, requested=0, state="running"
-                )
-
-        def work() -> None:
-            try:
-                result = run(filter, progress=progress)
-            except Exception as exc:  # recorded, for the person who asked to see
-                log.exception("bulk %s %s failed", action, action_id)
-                self._host.backend.action_update(
-                    action_id=action_id, done=0, requested=0, state="failed", error=str(exc)
-                )
-                return
-            self._host.backend.action_update(
-                action_id=action_id,
-                done=result.done,
-                requested=result.requested,
-                state="done",
+            backend.action_update(
+                action_id=record.id,
+                done=base_done + done,
+                requested=base_requested,
+                state="running",
             )
 
-        threading.Thread(target=work, name=f"conveyor-bulk-{action_id}", daemon=True).start()
-        return self.bulk_action(action_id)
+        try:
+            f = serialize.job_filter_of(record.filter)
+            result = self.bulk_method(record.action)(f, progress=progress)
+        except Exception as exc:
+            log.exception("bulk %s %s failed", record.action, record.id)
+            if _last_attempt() or isinstance(exc, ConfigError):
+                latest = backend.action_get(action_id=record.id) or record
+                backend.action_update(
+                    action_id=record.id,
+                    done=latest.done,
+                    requested=latest.requested,
+                    state="failed",
+                    error=str(exc),
+                )
+            raise
+        done, requested = base_done + result.done, base_requested + result.requested
+        backend.action_update(action_id=record.id, done=done, requested=requested, state="done")
+        return {"state": "done", "done": done, "requested": requested}
 
     def bulk_method(self, action: str) -> Callable[..., BulkResult]:
         """``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, by the action's name."""
@@ -215,6 +244,15 @@ class Actions:
             if total and not dry_run:
                 log.info("pruned %d %s job(s) older than %gs", total, state, keep_s)
         return pruned
+
+
+def _last_attempt() -> bool:
+    """The running job has no attempt left after this one (outside a worker: yes)."""
+    try:
+        job = current_job()
+    except RuntimeError:
+        return True
+    return job.attempts >= job.max_attempts
 
 
 def matching(counts: Mapping[str, int], states: Iterable[str]) -> int:

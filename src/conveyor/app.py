@@ -120,7 +120,7 @@ class Conveyor:
             self._producer,
             self._events,
             self._actions,
-            self._registry.task_for,
+            self._registry,
             lambda: self.serving.cached_task_settings(),
         )
 

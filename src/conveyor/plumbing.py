@@ -33,7 +33,8 @@ from .records import (
     WorkflowNodeSpec,
     WorkflowRecord,
 )
-from .task import Payloads, Task
+from .registry import BULK_TASK, INTERNAL_QUEUE, Registry
+from .task import Payloads
 
 
 class PlumbingHost(Protocol):
@@ -140,7 +141,7 @@ class Plumbing:
         producer: ProducerSide,
         events: EventsSide,
         actions: Actions,
-        task_for: Callable[[str], Task],
+        registry: Registry,
         settings: Callable[[], Mapping[str, TaskSettings]],
     ) -> None:
         self._host, self._producer, self._events = host, producer, events
@@ -148,7 +149,9 @@ class Plumbing:
         self._actions = actions
         #: the task named ``name``: the registered one, else a stand-in with default
         #: options for a task this process has no handler for (remote workers run it)
-        self.task_for = task_for
+        self.task_for = registry.task_for
+        # Conveyor's own tasks, bound here: every app has them
+        registry.add_builtin(self, BULK_TASK, actions.run_bulk, INTERNAL_QUEUE)
 
     # -- handed to the app ------------------------------------------------------------------
     @property
@@ -282,9 +285,11 @@ class Plumbing:
         self, action: str, filter: JobFilter, *, actor: str | None = None
     ) -> ActionRecord:
         """Run ``retry``, ``cancel`` or ``delete`` of every job matching ``filter`` in
-        the background (a thread of this process), in the same bounded transactions as
-        ``retry_jobs`` and the others, recording who asked, what it matched and how
-        far it got (``bulk_action``, ``app.bulk_actions``: the audit log)."""
+        the background: as a job of the built-in task ``conveyor.bulk_action`` on
+        the ``conveyor`` queue (the server runs it; it survives restarts), in the same
+        bounded transactions as ``retry_jobs`` and the others, recording who asked,
+        what it matched and how far it got (``bulk_action``, ``app.bulk_actions``:
+        the audit log)."""
         return self._actions.start_bulk(action, filter, actor=actor)
 
     def bulk_action(self, action_id: str) -> ActionRecord:

@@ -13,6 +13,20 @@ from .errors import ConfigError
 from .retry import Backoff
 from .task import Task, TaskApp, TaskDecorator, TaskDefaults
 
+#: the built-in task whose jobs run the bulk actions the server starts
+#: (``Actions.start_bulk``), and Conveyor's own queue, where its jobs wait (the
+#: server runs a worker on it; ``conveyor worker --queues conveyor`` does too)
+BULK_TASK = "conveyor.bulk_action"
+INTERNAL_QUEUE = "conveyor"
+#: the names of the tasks every app has
+BUILTIN_TASKS = frozenset({BULK_TASK})
+
+
+def user_tasks(tasks: Mapping[str, Task]) -> list[Task]:
+    """The tasks the app's code registered: not Conveyor's built-in ones (whose
+    queue a worker takes only when told to: ``--queues conveyor``)."""
+    return [t for name, t in tasks.items() if name not in BUILTIN_TASKS]
+
 
 class RegistryHost(Protocol):
     """What the registry calls on the app (``Conveyor`` is one)."""
@@ -155,6 +169,13 @@ class Registry:
             raise
         self._host.periodics[p.name] = dataclasses.replace(p, task=t)
         return t
+
+    def add_builtin(self, plumbing: TaskApp, name: str, fn: Callable[..., Any], queue: str) -> Task:
+        """A task of Conveyor's own (``conveyor.…``, on its own queue), registered
+        on every app: bound to ``plumbing``, made before the app holds it."""
+        task = Task(plumbing, fn, name, TaskDefaults(queue=queue, max_attempts=10))
+        self._host.tasks[name] = task
+        return task
 
     def task_for(self, name: str) -> Task:
         """The registered task ``name``, else a stand-in with default options."""

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from .errors import ConfigError
 from .records import (
     STATE_ORDER,
     ActionRecord,
@@ -156,6 +157,32 @@ def count(c: QueueCount) -> dict[str, Any]:
 def job_filter(f: JobFilter) -> dict[str, Any]:
     """The fields a filter sets."""
     return {x.name: plain(getattr(f, x.name)) for x in fields(f) if getattr(f, x.name) is not None}
+
+
+#: a filter's fields that are times
+_TIMES = ("created_after", "created_before", "finished_after", "finished_before", "due_before")
+
+
+def job_filter_of(described: Mapping[str, Any]) -> JobFilter:
+    """The filter ``job_filter`` described (a bulk action's stored one): its times
+    from ISO 8601 text, the rest as ``JobFilter`` takes them."""
+    names = {x.name for x in fields(JobFilter)}
+    unknown = sorted(set(described) - names)
+    if unknown:
+        raise ConfigError(f"unknown job filter field(s) {unknown}; fields are: {sorted(names)}")
+    values = dict(described)
+    for name in _TIMES:
+        values[name] = _when(values.get(name), name)
+    return JobFilter(**values)
+
+
+def _when(value: Any, name: str) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        raise ConfigError(f"{name} must be an ISO 8601 time, got {value!r}") from None
 
 
 def action(record: ActionRecord) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.records import JobState
+from conveyor.registry import user_tasks
 
 from . import crashapp
 from .helpers import finished, wait_for
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def producer(db_url):
     app = Conveyor(db_url)
-    for name, task in crashapp.app.tasks.items():  # the same task names, to send them
+    for task in user_tasks(crashapp.app.tasks):  # the same task names, to send them
+        name = task.name
         app.task(name=name, max_attempts=task.defaults.max_attempts, timeout=task.defaults.timeout)(
             task.fn
         )

@@ -172,7 +172,7 @@ def test_metrics_after_a_known_workload(api, producer):
     assert jobs_gauge("default", "item", "scheduled") == 1
     assert jobs_gauge("emails", "send_email", "available") == 1
     assert jobs_gauge("default", "item", "running") == 0
-    assert m[("conveyor_workers_alive", ())] == 1
+    assert m[("conveyor_workers_alive", ())] == 2  # "w", and the server's of the conveyor queue
     assert m[("conveyor_batches_open", ())] == 0
     assert m[("conveyor_queue_oldest_waiting_seconds", (("queue", "emails"),))] >= 0
     assert ("conveyor_queue_oldest_waiting_seconds", (("queue", "default"),)) not in m

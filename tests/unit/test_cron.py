@@ -10,6 +10,7 @@ import pytest
 
 from conveyor import BadArguments, ConfigError, Conveyor
 from conveyor.cron import MAX_TICKS, Periodic, due_ticks, tick_key
+from conveyor.registry import user_tasks
 
 PARIS = ZoneInfo("Europe/Paris")
 
@@ -190,4 +191,4 @@ def test_app_periodic_refuses_bad_schedules_and_arguments_before_registering(tmp
         def b(x):
             pass
 
-    assert app.tasks == {} and app.periodics == {}
+    assert user_tasks(app.tasks) == [] and app.periodics == {}

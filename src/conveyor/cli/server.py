@@ -90,7 +90,8 @@ read_url_option = click.option(
     default=True,
     show_default=True,
     help="Run the leader-elected cluster services here (rescue the jobs of dead workers, "
-    "scheduling, batches, cron): needed when only remote workers run.",
+    "scheduling, batches, cron), and a worker of the 'conveyor' queue (bulk actions): "
+    "needed when only remote workers run.",
 )
 @click.option(
     "--worker-ttl",

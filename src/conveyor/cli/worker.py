@@ -12,6 +12,7 @@ import click
 
 from ..app import Conveyor
 from ..errors import SchemaTooNew
+from ..registry import user_tasks
 from ..runtime.worker import EXIT_SCHEMA_TOO_NEW, Worker
 from .core import CliError, State, app_option, pass_state, wait_for_database_option
 
@@ -228,7 +229,7 @@ def _queues(option: str | None, app: Conveyor) -> list[str]:
         if not names:
             raise click.BadParameter("give at least one queue name", param_hint="--queues")
         return names
-    used = sorted({t.defaults.queue for t in app.tasks.values()})
+    used = sorted({t.defaults.queue for t in user_tasks(app.tasks)})
     return used or [app.default_queue]
 
 

@@ -29,6 +29,7 @@ from starlette.applications import Starlette
 
 from .. import Conveyor
 from ..errors import ConfigError
+from ..registry import user_tasks
 from ..runtime.worker import Worker
 from ..server import create_app
 
@@ -105,7 +106,7 @@ class WorkerThread:
     def __init__(self, conveyor: Conveyor, options: Mapping[str, Any]) -> None:
         options = dict(options)
         if "queues" not in options:
-            queues = sorted({t.defaults.queue for t in conveyor.tasks.values()})
+            queues = sorted({t.defaults.queue for t in user_tasks(conveyor.tasks)})
             options["queues"] = queues or [conveyor.default_queue]
         self.worker = Worker(conveyor, **options)
         self.grace_s = float(options.get("grace_s", self.worker.config.grace_s))

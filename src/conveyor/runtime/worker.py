@@ -37,6 +37,7 @@ from ..records import (
     Outcome,
     WorkerInfo,
 )
+from ..registry import INTERNAL_QUEUE, user_tasks
 from ..task import Task
 from .completer import Completer
 from .context import CancelFlag
@@ -438,7 +439,9 @@ class Worker:
         self._services.add(self._listener)
 
     def _warn_unused_queues(self) -> None:
-        tasks = self.app.tasks.values()
+        tasks = user_tasks(self.app.tasks)
+        if INTERNAL_QUEUE in self.config.queues:
+            return  # Conveyor's own tasks use it
         if tasks and not any(t.defaults.queue in self.config.queues for t in tasks):
             log.warning(
                 "no registered task uses queues %s; tasks use %s",

@@ -83,7 +83,8 @@ def create_app(
 
     ``run_services``: run the leader-elected cluster services (rescuing dead
     workers' jobs, scheduling, batches, cron) in this process, as ``conveyor
-    server`` does: a deployment with only remote workers needs them somewhere.
+    server`` does: a deployment with only remote workers needs them somewhere; and a
+    worker of the ``conveyor`` queue, which runs the bulk actions (as jobs).
     ``routers``: more (prefix, factory) pairs after ``ROUTERS``. ``max_wait_s``:
     the longest a lease request long-polls; ``worker_ttl_s``: remote workers silent
     this long are dead; ``asyncflow_deadline_s``: asyncflow's hold_task deadline
@@ -167,12 +168,15 @@ def _allowed_hosts(entries: Sequence[str]) -> tuple[str, ...]:
 def _start_services(ctx: ServerContext) -> Services:
     """The leader-elected cluster services (rescuing the jobs of dead workers,
     scheduling, batches and chains, cron), for a server that runs no worker: one
-    serving only remote workers still needs them."""
+    serving only remote workers still needs them. And a worker of Conveyor's own
+    queue, running the bulk actions its routes start (``InternalWorker``)."""
     # imported here, not above: a server that runs them is the only one that loads the runtime
     from ..runtime.host import cluster_services
+    from ..runtime.internal import InternalWorker
 
     holder = f"server@{socket.gethostname()}:{id(ctx):x}"
     services = cluster_services(ctx.conveyor, holder, worker_ttl_s=ctx.worker_ttl_s).services
+    services.add(InternalWorker(ctx.conveyor, worker_ttl_s=ctx.worker_ttl_s))
     services.start()
     log.info("cluster services running in the server (leader candidate %s)", holder)
     return services

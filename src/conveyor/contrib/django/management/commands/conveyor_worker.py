@@ -7,6 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from conveyor.registry import user_tasks
+
 #: Django's own options, already applied by manage.py: not the worker's
 _DJANGO_VALUED = ("--settings", "--pythonpath")
 _DJANGO_FLAGS = ("--skip-checks", "--traceback", "--no-color", "--force-color")
@@ -83,4 +85,4 @@ def _queues(alias: str, app: Any) -> list[str]:
     from django.tasks import task_backends
 
     queues = sorted(task_backends[alias].queues)
-    return queues or sorted({t.defaults.queue for t in app.tasks.values()}) or ["default"]
+    return queues or sorted({t.defaults.queue for t in user_tasks(app.tasks)}) or ["default"]
