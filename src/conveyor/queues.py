@@ -9,6 +9,7 @@ from typing import Protocol
 from .backends.interfaces import Backend
 from .errors import ConfigError
 from .records import QueueInfo
+from .registry import BUILTIN_TASKS, user_tasks
 from .task import Task, check_queue_name, parse_rate
 
 MAX_INT32 = 2**31 - 1
@@ -74,10 +75,11 @@ class QueueControl:
         if force:
             return
         host = self._host
-        known = {t.defaults.queue for t in host.tasks.values()} | {host.default_queue}
-        if name in known:
+        builtin = {t.defaults.queue for n, t in host.tasks.items() if n in BUILTIN_TASKS}
+        known = {t.defaults.queue for t in user_tasks(host.tasks)} | {host.default_queue}
+        if name in known or name in builtin:
             return
-        known |= {q.name for q in host.queues()}
+        known |= {q.name for q in host.queues()} - builtin
         if name not in known:
             raise ConfigError(
                 f"no queue named {name!r} (known: {', '.join(sorted(known))}); "

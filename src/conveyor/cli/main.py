@@ -9,6 +9,7 @@ import click
 
 from .. import __version__
 from ..app import DEFAULT_URL
+from ..registry import user_tasks
 from ..task import SEND_OPTIONS
 from .batches import batches_group
 from .bench import bench
@@ -168,7 +169,7 @@ def enqueue(
         )
     app = state.app()
     if state.app_spec and task not in app.tasks and not remote:
-        known = ", ".join(sorted(app.tasks)) or "none"
+        known = ", ".join(sorted(t.name for t in user_tasks(app.tasks))) or "none"
         raise CliError(
             f"unknown task {task!r}; tasks registered on {state.app_spec}: {known} "
             "(--remote enqueues a task that has no handler in this app)"
