@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from .errors import ConfigError, ConveyorError
 from .job import Job
-from .records import JobInsert, JobState
+from .records import JobInsert, JobState, step_job
 from .task import Payloads, Step, Task
 
 
@@ -71,12 +71,9 @@ def next_step_insert(
     link_id: int, chain_root: int | None, result_json: str | None, steps: Sequence[dict[str, Any]]
 ) -> JobInsert:
     """The job for ``steps[0]``, given the previous step's stored result."""
-    step, rest = dict(steps[0]), list(steps[1:])
-    args = [json.loads(result_json) if result_json else None, *step.pop("args")]
-    kwargs = step.pop("kwargs")
-    encoded = json.dumps({"args": args, "kwargs": kwargs}, separators=(",", ":"))
-    known = {k: v for k, v in step.items() if k in JobInsert._fields and k != "args_json"}
-    return JobInsert(**known, args_json=encoded)._replace(
+    rest = list(steps[1:])
+    previous = json.loads(result_json) if result_json else None
+    return step_job(dict(steps[0]), [previous])._replace(
         chain_json=json.dumps(rest) if rest else None,
         chain_root=chain_root or link_id,
         # However often the flow service retries this link, it enqueues one job.

@@ -423,6 +423,17 @@ class Finalize(NamedTuple):
     max_attempts: int | None = None
 
 
+def step_job(step: dict[str, Any], first: list[Any]) -> JobInsert:
+    """The job of a stored step template (``Step.to_dict()``: its options, ``args``
+    and ``kwargs``), with ``first`` before its own arguments: a chain's next step,
+    a workflow node."""
+    step = dict(step)
+    args = [*first, *step.pop("args")]
+    encoded = json.dumps({"args": args, "kwargs": step.pop("kwargs")}, separators=(",", ":"))
+    known = {k: v for k, v in step.items() if k in JobInsert._fields and k != "args_json"}
+    return JobInsert(**known, args_json=encoded)
+
+
 @dataclass(frozen=True)
 class ChainLink:
     """A finished job whose chain has not been advanced yet."""

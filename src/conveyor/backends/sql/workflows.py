@@ -36,6 +36,7 @@ from ...records import (
     NodeState,
     WorkflowNodeSpec,
     WorkflowState,
+    step_job,
 )
 
 KeyPair = tuple[str | None, str | None]
@@ -184,12 +185,7 @@ _BAD = (NodeState.FAILED, NodeState.CANCELLED)
 
 def node_insert(step: dict[str, Any], first: list[Any], key: str) -> JobInsert:
     """The job of a node: its step's call with ``first`` before its own arguments."""
-    step = dict(step)
-    args = [*first, *step.pop("args")]
-    kwargs = step.pop("kwargs")
-    encoded = json.dumps({"args": args, "kwargs": kwargs}, separators=(",", ":"))
-    known = {k: v for k, v in step.items() if k in JobInsert._fields and k != "args_json"}
-    return JobInsert(**known, args_json=encoded)._replace(
+    return step_job(step, first)._replace(
         chain_json="[]", chain_root=None, idempotency_key=key, unique_key=None
     )
 
