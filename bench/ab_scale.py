@@ -1,14 +1,18 @@
-"""Two source trees side by side on bench_scale's drain (PostgreSQL).
+"""Two source trees side by side on bench_scale's drain (PostgreSQL or SQLite).
 
 This VM's speed drifts 30-40% within minutes, so a change is judged by drains of
 both trees in the same minutes: each round runs tree A then B (B then A in the
 next round), each drain by ``conveyor worker --burst`` processes of that tree (a
 fresh interpreter with PYTHONPATH=<tree>/src), and the report is each side's
 median and the median of the rounds' B/A ratios, with the Lock waits that
-bench_scale's sampler saw.
+bench_scale's sampler saw and the worker processes' CPU per job (user + system,
+start-up included), which a loaded machine moves less than the rate. Each tree
+drains in its own database, migrated by that tree, so trees with different
+schemas compare on their own schema.
 
     git worktree add /tmp/base HEAD      # A: what is committed
     .venv/bin/python bench/ab_scale.py /tmp/base . --processes 1,4 --rounds 3
+    .venv/bin/python bench/ab_scale.py /tmp/base . --backend sqlite --processes 1
 """
 
 from __future__ import annotations
@@ -24,13 +28,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 # One drain, in the interpreter of the tree measured (bench_scale is this file's).
+# argv: bench dir, backend, side (a/b), then the drain's jobs and processes.
 DRAIN = """
-import json, sys
+import json, resource, sys
 sys.path.insert(0, sys.argv[1])
 import bench_scale as bs
 from _bench import db_url
-url = db_url("postgres", bs.PG_DB, bs.SQLITE_FILE)
-print(json.dumps(bs.drain("postgres", url, int(sys.argv[2]), int(sys.argv[3]))))
+backend, side, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+url = db_url(backend, f"{bs.PG_DB}_{side}", bs.SQLITE_FILE.with_name(f"ab_{side}.db"))
+row = bs.drain(backend, url, n, int(sys.argv[5]))
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the worker processes, whole runs
+row["cpu_us"] = round((ru.ru_utime + ru.ru_stime) * 1e6 / n, 1)
+print(json.dumps(row))
 """
 
 MIGRATE = """
@@ -39,8 +48,10 @@ sys.path.insert(0, sys.argv[1])
 import bench_scale as bs
 from _bench import db_url, fresh_database
 from conveyor import Conveyor
-fresh_database("postgres", bs.PG_DB, bs.SQLITE_FILE)
-app = Conveyor(db_url("postgres", bs.PG_DB, bs.SQLITE_FILE))
+backend, side = sys.argv[2], sys.argv[3]
+where = (backend, f"{bs.PG_DB}_{side}", bs.SQLITE_FILE.with_name(f"ab_{side}.db"))
+fresh_database(*where)
+app = Conveyor(db_url(*where))
 app.migrate()
 app.close()
 """
@@ -67,22 +78,28 @@ def main() -> None:
     p.add_argument("--processes", default="1,4", help="worker processes per drain, e.g. 1,2,4")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--n", type=int, default=40_000, help="jobs per drain")
+    p.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
     a = p.parse_args()
     trees = [a.a.resolve(), a.b.resolve()]
     for t in trees:
         if not (t / "src" / "conveyor").is_dir():
             raise SystemExit(f"{t} has no src/conveyor")
     procs = [int(x) for x in a.processes.split(",")]
-    run(trees[0], MIGRATE)  # the newer schema, if the trees differ, migrates later
+    for side, t in enumerate(trees):
+        run(t, MIGRATE, a.backend, "ab"[side])
     rates: dict[tuple[int, int], list[int]] = {}
+    cpus: dict[tuple[int, int], list[float]] = {}
     for r in range(a.rounds):
         for k in procs:
             for side in (0, 1) if r % 2 == 0 else (1, 0):
-                row = json.loads(run(trees[side], DRAIN, str(a.n), str(k)).splitlines()[-1])
+                out = run(trees[side], DRAIN, a.backend, "ab"[side], str(a.n), str(k))
+                row = json.loads(out.splitlines()[-1])
                 rates.setdefault((side, k), []).append(row["rate"])
+                cpus.setdefault((side, k), []).append(row["cpu_us"])
                 locks = {w: n for w, n in row.get("waits", {}).items() if w.startswith("Lock")}
                 print(
-                    f"round {r + 1} {'AB'[side]} {k} process(es): {row['rate']:,} jobs/s; "
+                    f"round {r + 1} {'AB'[side]} {k} process(es): {row['rate']:,} jobs/s, "
+                    f"worker CPU {row['cpu_us']} us/job; "
                     f"{row.get('samples', 0)} samples, Lock waits {locks or 'none'}",
                     flush=True,
                 )
@@ -93,6 +110,12 @@ def main() -> None:
         print(
             f"{k} process(es): A {statistics.median(ra):,.0f} {ra}, "
             f"B {statistics.median(rb):,.0f} {rb}; B/A by round, median {ratio:.2f}x"
+        )
+        ca, cb = cpus[(0, k)], cpus[(1, k)]
+        cpu_ratio = statistics.median(y / x for x, y in zip(ca, cb, strict=True))
+        print(
+            f"{k} process(es) worker CPU per job: A {statistics.median(ca)} us, "
+            f"B {statistics.median(cb)} us; B/A by round, median {cpu_ratio:.2f}x"
         )
 
 
