@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from . import serialize
@@ -18,6 +18,7 @@ from .job import Job
 from .records import ActionRecord, BulkResult, JobFilter, JobState
 from .registry import BULK_TASK
 from .runtime.context import current_job
+from .task import Task
 
 log = logging.getLogger("conveyor")
 #: rows a bulk action changes per transaction
@@ -34,19 +35,14 @@ class ActionsHost(Protocol):
     @property
     def backend(self) -> Backend: ...
 
+    @property
+    def tasks(self) -> Mapping[str, Task[..., Any]]: ...
+
     def get_job(self, job_id: int) -> Job: ...
 
     def count_jobs(
         self, filter: JobFilter | None = None, *, cap: int | None = None, **fields: Any
     ) -> dict[str, int]: ...
-
-    def enqueue(
-        self,
-        task: str,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> Job: ...
 
 
 class Actions:
@@ -152,20 +148,24 @@ class Actions:
     def start_bulk(
         self, action: str, filter: JobFilter, *, actor: str | None = None
     ) -> ActionRecord:
-        """Record the action (state running), then send the job of the built-in
-        ``BULK_TASK`` that runs it (under a key of the action's id: sent once)."""
+        """Record the action (state running) and the job of the built-in
+        ``BULK_TASK`` that runs it (keyed by the action's id), in one transaction:
+        a crash leaves both or neither, never a record that no job will finish."""
         run = self.bulk_method(action)
         matched = run(filter, dry_run=True).matched
         action_id = uuid.uuid4().hex[:16]
         described = serialize.job_filter(filter)
+        job = self._host.tasks[BULK_TASK].build(
+            (action_id,), {}, idempotency_key=f"{BULK_TASK}:{action_id}"
+        )
         self._host.backend.action_insert(
             action_id=action_id,
             action=action,
             filter_json=json.dumps(described),
             actor=actor,
             matched=matched,
+            job=job,
         )
-        self._host.enqueue(BULK_TASK, (action_id,), idempotency_key=f"{BULK_TASK}:{action_id}")
         return self.bulk_action(action_id)
 
     def run_bulk(self, action_id: str) -> dict[str, Any]:

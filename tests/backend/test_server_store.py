@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from conveyor.records import (
     EXPLICIT_BACKOFF,
     EXPLICIT_MAX_ATTEMPTS,
@@ -163,6 +165,28 @@ def test_bulk_actions_are_recorded_updated_and_listed_newest_first(backend):
     assert [a.id for a in backend.action_list(limit=10)] == ["a2", "a1"]
     assert backend.action_get(action_id="a2").error == "boom"
     assert backend.action_get(action_id="nope") is None
+
+
+def test_a_bulk_action_and_the_job_that_runs_it_are_written_together(backend, monkeypatch):
+    job = JobInsert(queue="conveyor", task="conveyor.bulk_action", args_json='{"args": ["b1"]}')
+    backend.action_insert(
+        action_id="b1", action="retry", filter_json="{}", actor=None, matched=1, job=job
+    )
+    assert backend.action_get(action_id="b1").state == "running"
+    assert [j.task for j in backend.job_list(filter=JobFilter(queues=("conveyor",)))] == [
+        "conveyor.bulk_action"
+    ]
+
+    # The job's insert fails (here, injected): the record does not stay behind.
+    def broken(cur, jobs, now):
+        raise RuntimeError("the job's insert failed")
+
+    monkeypatch.setattr(backend, "_insert_rows", broken)
+    with pytest.raises(RuntimeError, match="insert failed"):
+        backend.action_insert(
+            action_id="b2", action="retry", filter_json="{}", actor=None, matched=1, job=job
+        )
+    assert backend.action_get(action_id="b2") is None
 
 
 def _sent(task: str, args=(), kwargs=None) -> JobInsert:

@@ -610,9 +610,11 @@ class ServerStore(abc.ABC):
         filter_json: str,
         actor: str | None,
         matched: int,
+        job: JobInsert | None = None,
         now: datetime | None = None,
     ) -> None:
-        """Record a bulk action that starts now (state running)."""
+        """Record a bulk action that starts now (state running), and write ``job``
+        (the job that runs it) in the same transaction: never one without the other."""
 
     @abc.abstractmethod
     def action_update(

@@ -964,6 +964,7 @@ class SqlBackend(Backend):
         filter_json: str,
         actor: str | None,
         matched: int,
+        job: JobInsert | None = None,
         now: datetime | None = None,
     ) -> None:
         params = {
@@ -976,6 +977,8 @@ class SqlBackend(Backend):
         }
         with self._tx() as cur:
             self._qc(cur, "action_insert", params)
+            if job is not None:
+                self._insert_rows(cur, [job], params["now"])
 
     @retried
     def action_update(
