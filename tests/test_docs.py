@@ -130,7 +130,7 @@ def check_command(words: list[str]) -> None:
                 next(args, None)  # its value
             continue
         if isinstance(command, click.Group):
-            sub = command.commands.get(word)
+            sub = command.get_command(click.Context(command), word)
             if sub is None:
                 raise AssertionError(f"`{' '.join(path)}` has no command {word!r}")
             command, path = sub, [*path, word]

@@ -1,6 +1,5 @@
 """Conveyor: a durable task queue and batch-job engine on SQLite or PostgreSQL."""
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import cast
 
 from .app import Conveyor
@@ -98,10 +97,21 @@ __all__ = [
     "current_job",
 ]
 
-try:  # one source of truth: the package's metadata (pyproject.toml)
-    __version__ = version("conveyor")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """``conveyor.__version__``, read from the package's metadata (pyproject.toml,
+    the one source of truth) when first asked: importlib.metadata costs a worker
+    about 30 ms of start-up it has no use for."""
+    if name != "__version__":
+        raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("conveyor")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found
 
 
 def chain(*steps: Step | Task, conn: object = None) -> Chain:

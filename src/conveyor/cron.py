@@ -24,8 +24,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, CroniterError, croniter
-
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -134,6 +132,9 @@ def _check_cron(expr: object, periodic: str, zone: ZoneInfo) -> bool:
     )
     if not isinstance(expr, str) or not expr.strip():
         raise ConfigError(f"periodic {periodic!r}: bad cron expression {expr!r}: {hint}")
+    # imported where used: an app without periodics (and its workers) starts without it
+    from croniter import CroniterBadDateError, CroniterError, croniter
+
     try:
         croniter(expr, datetime.now(zone)).get_next(datetime)
     except CroniterBadDateError as exc:
@@ -193,6 +194,8 @@ def due_ticks(
 
 def _ticks_back(periodic: Periodic, now: datetime) -> Iterator[datetime]:
     """The schedule's ticks at or before ``now``, newest first, in UTC."""
+    from croniter import CroniterBadDateError, croniter
+
     it = croniter(periodic.cron, now.astimezone(periodic.zone))
     try:
         prev = it.get_prev(datetime)  # strictly before now

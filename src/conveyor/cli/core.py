@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +40,25 @@ class CliError(click.ClickException):
 class ConveyorGroup(click.Group):
     """The root group. Its ``invoke`` runs every subcommand, so wrapping it once turns
     any :class:`ConveyorError` into a :class:`CliError` for all commands; its
-    ``main`` prints usage errors as one ``error:`` line too (click prints three)."""
+    ``main`` prints usage errors as one ``error:`` line too (click prints three).
+
+    Subcommands named in ``lazy`` (name -> "module:attribute", relative to this
+    package) are imported when first asked for: ``conveyor worker`` starts without
+    the dashboard's, the table printers' or the benchmark's imports."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            module, _, attr = self.lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module, __package__), attr)
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -7,29 +7,37 @@ from typing import Any
 
 import click
 
-from .. import __version__
 from ..app import DEFAULT_URL
 from ..registry import user_tasks
 from ..task import SEND_OPTIONS
-from .batches import batches_group
-from .bench import bench
 from .core import CliError, ConveyorGroup, State, app_option, make_state, pass_state
-from .demo import demo
-from .events import events_group
-from .jobs import jobs_group
-from .periodic import periodic_group
-from .prune import prune
-from .queues import queues_group
-from .server import dashboard, server
-from .status import status
-from .tasks import tasks_group
-from .tokens import tokens_group
-from .worker import worker
-from .workers import workers_group
-from .workflows import workflows_group
+
+#: the subcommands, imported when run (or listed by --help): name -> module:attribute
+COMMANDS = {
+    "worker": ".worker:worker",
+    "status": ".status:status",
+    "jobs": ".jobs:jobs_group",
+    "batches": ".batches:batches_group",
+    "workflows": ".workflows:workflows_group",
+    "queues": ".queues:queues_group",
+    "workers": ".workers:workers_group",
+    "prune": ".prune:prune",
+    "periodic": ".periodic:periodic_group",
+    "demo": ".demo:demo",
+    "server": ".server:server",
+    "dashboard": ".server:dashboard",
+    "tokens": ".tokens:tokens_group",
+    "tasks": ".tasks:tasks_group",
+    "bench": ".bench:bench",
+    "events": ".events:events_group",
+}
 
 
-@click.group(cls=ConveyorGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=ConveyorGroup,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--database-url",
     "-d",
@@ -49,7 +57,14 @@ from .workflows import workflows_group
     help="Your Conveyor app, e.g. myapp:app; its URL is used unless -d is given. "
     "Commands that run or enqueue tasks need it. [env: CONVEYOR_APP]",
 )
-@click.version_option(__version__, "--version", prog_name="conveyor")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx, value),
+    help="Show the version and exit.",
+)
 @click.pass_context
 def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     """Conveyor: a durable task queue whose only infrastructure is a database.
@@ -181,6 +196,15 @@ def enqueue(
     click.echo(job.id)
 
 
+def _print_version(ctx: click.Context, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .. import __version__  # read from the package's metadata only when asked
+
+    click.echo(f"conveyor, version {__version__}")
+    ctx.exit()
+
+
 def _json_arg(text: str, option: str, kind: type, expected: str) -> Any:
     try:
         value = json.loads(text)
@@ -191,24 +215,6 @@ def _json_arg(text: str, option: str, kind: type, expected: str) -> Any:
     if not isinstance(value, kind):
         raise CliError(f"{option} must be {expected}, got {type(value).__name__}")
     return value
-
-
-cli.add_command(worker)
-cli.add_command(status)
-cli.add_command(jobs_group)
-cli.add_command(batches_group)
-cli.add_command(workflows_group)
-cli.add_command(queues_group)
-cli.add_command(workers_group)
-cli.add_command(prune)
-cli.add_command(periodic_group)
-cli.add_command(demo)
-cli.add_command(server)
-cli.add_command(dashboard)
-cli.add_command(tokens_group)
-cli.add_command(tasks_group)
-cli.add_command(bench)
-cli.add_command(events_group)
 
 
 def main() -> None:
