@@ -155,7 +155,9 @@ class Workflow:
         taken = self._names
         if name is None:
             base = step.task.name.rsplit(".", 1)[-1]
-            name = base if base not in taken else f"{base}-{len(self.specs)}"
+            name, n = base, len(self.specs)
+            while name in taken:  # a name given earlier may be "base-n" already
+                name, n = f"{base}-{n}", n + 1
         elif not isinstance(name, str) or not name or len(name) > 200:
             raise ConfigError(f"name: a node name has 1 to 200 characters, got {name!r}")
         elif name in taken:

@@ -263,6 +263,11 @@ def test_declaration_errors_name_the_problem(app):
         wf.add(one.s(), name="one")
     with pytest.raises(ConfigError, match="a map cannot run"):
         wf.map(one.s(), over=a, on_parent_failure="run")
+    # A default name steps around a name given earlier: never two nodes of one name.
+    named = app.workflow("names")
+    nodes = [named.add(one.s()), named.add(one.s(), name="one-2"), named.add(one.s())]
+    nodes.append(named.add(one.s()))
+    assert [x.name for x in nodes] == ["one", "one-2", "one-3", "one-4"]
     with pytest.raises(ConfigError, match="no nodes"):
         app.workflow("empty").start()
     with pytest.raises(ConfigError, match="state"):
