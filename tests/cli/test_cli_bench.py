@@ -70,9 +70,9 @@ def test_bench_with_pgqueuer_needs_postgresql(invoke: Invoke, tmp_path) -> None:
 
 @only_on("postgres")
 def test_bench_with_pgqueuer_uses_tables_of_its_own(invoke: Invoke, db_url: str) -> None:
-    """PgQueuer's drains alternate with Conveyor's, each from new tables of the
-    benchmark's own (prefixed), dropped at the end: a PgQueuer table of the
-    database's users is neither read nor changed."""
+    """PgQueuer's drains and one-by-one enqueues alternate with Conveyor's, each
+    from new tables of the benchmark's own (prefixed), dropped at the end: a
+    PgQueuer table of the database's users is neither read nor changed."""
     pytest.importorskip("pgqueuer")
     pytest.importorskip("asyncpg")
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -86,15 +86,19 @@ def test_bench_with_pgqueuer_uses_tables_of_its_own(invoke: Invoke, db_url: str)
         "--rounds",
         "2",
         "--phases",
-        "drain",
+        "enqueue,drain",
         "--pgqueuer",
         "--json",
         url=db_url,
     )
 
     assert result.exit_code == 0, result.output
-    r = json.loads(result.output)["results"]
+    report = json.loads(result.output)
+    r = report["results"]
     assert len(r["drain"]["runs"]) == len(r["pgqueuer"]["drain_batch100_runs"]) == 2
+    assert len(r["enqueue"]["one_runs"]) == len(r["enqueue"]["pgqueuer_one_runs"]) == 2
+    assert len(r["enqueue"]["one_round_ratios"]) == 2
+    assert report["ratios"]["one_by_one_enqueue_vs_pgqueuer"] > 0
     assert len(r["drain"]["round_ratios"]) == len(r["drain"]["wall_ratios"]) == 2
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT mine FROM pgqueuer").fetchall() == [(42,)]

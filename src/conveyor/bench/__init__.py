@@ -4,7 +4,9 @@ Phases (each on the queue ``conveyor_bench`` only, whose jobs are deleted after
 each phase; nothing else in the database is read or changed):
 
 - ``enqueue``: ``enqueue_many`` of N jobs in calls of 1,000, the same N jobs in
-  one call (median of 3), then one-by-one ``enqueue`` of N/10 (at most 2,000): jobs/s.
+  one call (median of 3), then one-by-one ``enqueue`` of N/10 (at most 2,000): jobs/s
+  (with ``--pgqueuer``: ``rounds`` times, alternating with PgQueuer's one-by-one
+  enqueue, and the median of the rounds' ratios).
 - ``drain``: N no-op jobs waiting, then one ``conveyor worker --queues
   conveyor_bench --burst`` process with the CLI's defaults, as the README runs
   it; jobs/s from the first handler start to the last handler end (as the shared
@@ -159,19 +161,42 @@ class Bench:
             self.app.enqueue_many(NOOP, items, queue=QUEUE)
             calls.append(self.jobs / (time.perf_counter() - t0))
             self.clear()
-        one = min(2_000, max(10, self.jobs // 10))
-        self.say(f"enqueue: {one:,} jobs one by one")
-        t0 = time.perf_counter()
-        for i in range(one):
-            self.app.enqueue(NOOP, [i], queue=QUEUE)
-        single = one / (time.perf_counter() - t0)
-        self.clear()
         self.report.results["enqueue"] = {
             "bulk_jobs_per_s": round(bulk),
             "one_call_jobs_per_s": round(sorted(calls)[1]),
             "one_call_runs": [round(c) for c in calls],
-            "one_jobs_per_s": round(single),
+            **self._one_by_one(min(2_000, max(10, self.jobs // 10))),
         }
+
+    def _one_by_one(self, one: int) -> dict[str, Any]:
+        """One-by-one enqueue; with --pgqueuer, ``rounds`` times, alternating with
+        PgQueuer's one-by-one enqueue (new tables each), the order swapped each
+        round: their ratio is the median of the rounds'."""
+        ours: list[float] = []
+        theirs: list[float] = []
+        for r in range(self.rounds if self.pgqueuer else 1):
+            for mine in (True, False) if r % 2 == 0 else (False, True):
+                if mine:
+                    self.say(f"enqueue: {one:,} jobs one by one{self._round(r)}")
+                    t0 = time.perf_counter()
+                    for i in range(one):
+                        self.app.enqueue(NOOP, [i], queue=QUEUE)
+                    ours.append(one / (time.perf_counter() - t0))
+                    self.clear()
+                elif self.pgqueuer:
+                    from . import pgq
+
+                    self.say(f"pgqueuer: {one:,} jobs one by one{self._round(r)}")
+                    theirs.append(pgq.one_by_one(self.url, self._tmp, one))
+        out: dict[str, Any] = {"one_jobs_per_s": round(statistics.median(ours))}
+        if theirs:
+            out["one_runs"] = [round(x) for x in ours]
+            out["pgqueuer_one_runs"] = [round(x) for x in theirs]
+            out["one_round_ratios"] = [round(a / b, 2) for a, b in zip(ours, theirs, strict=True)]
+        return out
+
+    def _round(self, r: int) -> str:
+        return f" ({r + 1}/{self.rounds})" if self.pgqueuer and self.rounds > 1 else ""
 
     def phase_drain(self) -> None:
         from . import pgq
@@ -270,6 +295,10 @@ class Bench:
         if "enqueue" in ours:
             b = ours["enqueue"]["bulk_jobs_per_s"]
             self.report.ratios["bulk_enqueue_vs_pgqueuer"] = round(b / theirs["bulk_jobs_per_s"], 2)
+            if "one_round_ratios" in ours["enqueue"]:
+                self.report.ratios["one_by_one_enqueue_vs_pgqueuer"] = round(
+                    statistics.median(ours["enqueue"]["one_round_ratios"]), 2
+                )
 
 
 def _medians(runs: list[dict[str, float]]) -> dict[str, Any]:
@@ -330,7 +359,16 @@ def _enqueue_rows(report: Report) -> list[tuple[str, str]]:
                 f" (runs: {', '.join(f'{c:,}' for c in e['one_call_runs'])})",
             )
         )
-    rows.append(("one-by-one enqueue", f"{e['one_jobs_per_s']:,} jobs/s"))
+    one = e.get("one_runs", [])
+    rows.append(("one-by-one enqueue" + _of(one), f"{e['one_jobs_per_s']:,} jobs/s{_runs(one)}"))
+    if "pgqueuer_one_runs" in e:
+        theirs = e["pgqueuer_one_runs"]
+        rows.append(
+            (
+                f"PgQueuer one-by-one enqueue, alternating with Conveyor's{_of(theirs)}",
+                f"{round(statistics.median(theirs)):,} jobs/s{_runs(theirs)}",
+            )
+        )
     return rows
 
 
@@ -383,6 +421,7 @@ def _ratio_rows(report: Report) -> list[tuple[str, str]]:
     rounds = {
         "drain_vs_pgqueuer_batch100": r.get("drain", {}).get("round_ratios", []),
         "drain_with_start_up_vs_pgqueuer_batch100": r.get("drain", {}).get("wall_ratios", []),
+        "one_by_one_enqueue_vs_pgqueuer": r.get("enqueue", {}).get("one_round_ratios", []),
     }
     rows = []
     for name, ratio in report.ratios.items():

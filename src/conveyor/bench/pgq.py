@@ -58,6 +58,12 @@ def fresh(url: str, tmp: Path, n: int) -> float:
     return float(_call(url, tmp, "enqueue", n)["jobs_per_s"])
 
 
+def one_by_one(url: str, tmp: Path, n: int) -> float:
+    """New empty tables, then N jobs enqueued one per call: jobs/s."""
+    _call(url, tmp, "fresh")
+    return float(_call(url, tmp, "enqueue_one", n)["jobs_per_s"])
+
+
 def drain(url: str, tmp: Path, n: int, batch: int) -> dict[str, float]:
     """N jobs enqueued in new tables, then drained by one PgQueuer worker process."""
     fresh(url, tmp, n)

@@ -8,6 +8,8 @@ users. PgQueuer's own API only. Commands (the result is written as JSON to OUT):
   installed: new empty tables, as the peer harness's new database gives them;
 - ``enqueue DSN N OUT``: N no-op jobs by ``Queries.enqueue`` in calls of 1,000
   (jobs/s);
+- ``enqueue_one DSN N OUT``: N no-op jobs by ``Queries.enqueue``, one job per call
+  (jobs/s), as ``conveyor bench`` sends its one-by-one jobs;
 - ``drain DSN BATCH OUT``: one PgQueuer worker (uvloop when installed) drains
   them at ``batch_size`` BATCH, noting the first handler start and the last end;
 - ``uninstall DSN OUT``: the benchmark's PgQueuer objects dropped.
@@ -67,6 +69,18 @@ async def enqueue(dsn: str, n: int) -> dict[str, Any]:
         await conn.close()
 
 
+async def enqueue_one(dsn: str, n: int) -> dict[str, Any]:
+    conn, q = await _queries(dsn)
+    try:
+        payload = b"{}"
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await q.enqueue(ENTRYPOINT, payload, 0)
+        return {"jobs_per_s": n / (time.perf_counter() - t0)}
+    finally:
+        await conn.close()
+
+
 async def drain(dsn: str, batch_size: int) -> dict[str, Any]:
     asyncpg: Any = importlib.import_module("asyncpg")
     PgQueuer: Any = importlib.import_module("pgqueuer").PgQueuer
@@ -97,6 +111,8 @@ def _work(argv: list[str]) -> Awaitable[dict[str, Any]]:
         return uninstall(dsn)
     if command == "enqueue":
         return enqueue(dsn, int(argv[3]))
+    if command == "enqueue_one":
+        return enqueue_one(dsn, int(argv[3]))
     if command == "drain":
         return drain(dsn, int(argv[3]))
     sys.exit(f"pgq_worker: unknown command {command!r}")

@@ -39,9 +39,10 @@ from .core import State, pass_state
 @click.option(
     "--pgqueuer",
     is_flag=True,
-    help="Also run PgQueuer (pip install pgqueuer) in the same run, its drains alternating "
-    "with Conveyor's, and print the ratios. PostgreSQL only; its tables are the benchmark's "
-    "own (prefixed conveyor_bench_), new for each drain and dropped at the end.",
+    help="Also run PgQueuer (pip install pgqueuer) in the same run, its drains and one-by-one "
+    "enqueues alternating with Conveyor's, and print the ratios. PostgreSQL only; its tables "
+    "are the benchmark's own (prefixed conveyor_bench_), new for each measurement and dropped "
+    "at the end.",
 )
 @click.option(
     "--database-url",

@@ -554,6 +554,11 @@ class Worker:
             poll = 0.05 if jobs else min(poll * 2, cfg.poll_s)
             for job in jobs:
                 self._start(job)
+            if jobs and not more:
+                # The handlers first, then the next claim: submitted before they
+                # ran, the fetch thread's wake-up took the GIL between the claim
+                # and an idle worker's handler start.
+                await asyncio.sleep(0)
             idle = not jobs and not self.running and not self.completer.backlog
             if cfg.burst and idle and not await self._anything_waiting():
                 log.info("worker %s: burst mode and nothing left it could run", self.id)
