@@ -203,8 +203,8 @@ class MySQLBackend(MySQLSession):
         then read back (MySQL has no UPDATE ... RETURNING)."""
         if not ids:
             return []
-        tokens = json.dumps({str(i): secrets.token_hex(16) for i in ids})
-        self._qc(cur, "job_claim_update", {**base, "ids": self._list(ids), "tokens": tokens})
+        token = secrets.token_hex(16)  # each row's: this and its id (job_claim_update)
+        self._qc(cur, "job_claim_update", {**base, "ids": self._list(ids), "token": token})
         return self._q(cur, "job_get_claimed", {"ids": self._list(ids)})
 
     def _claim_free(self, queues: list[str], base: dict[str, Any], limit: int) -> list[Any]:
@@ -374,17 +374,7 @@ class MySQLBackend(MySQLSession):
             ]
             plain = [o for o in mine if plain_success(o)]
             if plain:  # one statement for the common case
-                results = {str(o.job_id): json.loads(o.result_json) for o in plain if o.result_json}
-                self._qc(
-                    cur,
-                    "job_succeed_many",
-                    {
-                        "ids": self._list([o.job_id for o in plain]),
-                        "results": json.dumps(results),
-                        "worker_id": worker_id,
-                        "now": ts,
-                    },
-                )
+                self._qc(cur, "job_succeed_many", _successes(plain, worker_id, ts, self._list))
                 accepted += [o.job_id for o in plain]
             for o in mine:
                 if plain_success(o):
@@ -394,10 +384,18 @@ class MySQLBackend(MySQLSession):
                     accepted.append(o.job_id)
             if not accepted:
                 return []
-            after = {
-                int(r["id"]): r
-                for r in self._q(cur, "job_finalized", {"ids": self._list(accepted)})
+            # a plain success not cancelled meanwhile is succeeded: no need to read it
+            # back (by id alone, across every finished partition)
+            known = {o.job_id for o in plain if not held[o.job_id]["cancel_requested"]}
+            after: dict[int, Any] = {
+                i: {"state": JobState.SUCCEEDED, "queue": held[i]["queue"]} for i in known
             }
+            if len(known) < len(accepted):
+                unknown = [i for i in accepted if i not in known]
+                after |= {
+                    int(r["id"]): r
+                    for r in self._q(cur, "job_finalized", {"ids": self._list(unknown)})
+                }
             hints: set[str] = set()
             for o in mine:
                 if o.job_id not in after:
@@ -691,3 +689,22 @@ def _naive_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value
     return value.astimezone(UTC).replace(tzinfo=None)
+
+
+def _successes(plain: Sequence[Finalize], worker_id: str, ts: Any, as_list: Any) -> dict[str, Any]:
+    """job_succeed_many's parameters: the results by id, or the one result all share."""
+    first = plain[0].result_json
+    uniform = all(o.result_json == first for o in plain)
+    results = (
+        {}
+        if uniform
+        else {str(o.job_id): json.loads(o.result_json) for o in plain if o.result_json}
+    )
+    return {
+        "ids": as_list([o.job_id for o in plain]),
+        "uniform": uniform,
+        "result_json": first if uniform else None,
+        "results": json.dumps(results),
+        "worker_id": worker_id,
+        "now": ts,
+    }
