@@ -11,6 +11,7 @@ import pytest
 
 from conveyor.backends import open_backend
 from conveyor.backends.mysql.backend import MySQLBackend, parse_url
+from conveyor.backends.mysql.session import poll_seconds
 from conveyor.errors import ConfigError
 from conveyor.records import JobFilter
 
@@ -48,6 +49,22 @@ def test_url_forms():
         parse_url("mysql://root@127.0.0.1:3306/")
     with pytest.raises(ConfigError, match="unknown MySQL URL option"):
         parse_url("mysql://root@h/db?sslmode=x")
+    assert "poll_ms" not in parse_url("mysql://root@h/db?poll_ms=20")  # not PyMySQL's
+    assert poll_seconds("mysql://root@h/db") == 0.002
+    assert poll_seconds("mysql://root@h/db?poll_ms=20") == 0.02
+    for bad in ("0", "5000", "soon"):
+        with pytest.raises(ConfigError, match="poll_ms must be 1 to 1000"):
+            poll_seconds(f"mysql://root@h/db?poll_ms={bad}")
+
+
+def test_the_urls_poll_ms_sets_the_notifiers_cadence(mysql):
+    slower = open_backend(mysql.url + "?poll_ms=25")
+    try:
+        notifier = slower.notifier()
+        assert notifier._fast == 0.025
+        notifier.close()
+    finally:
+        slower.close()
 
 
 def test_a_deadlock_is_retried_whole_and_counted(mysql):

@@ -108,7 +108,7 @@ class MySQLBackend(MySQLSession):
                 cur.execute(Q["migration_unlock"])
 
     def notifier(self, *, events: bool = False) -> Notifier:
-        return MySQLNotifier(self._connect, self.hub_key)
+        return MySQLNotifier(self._connect, self.hub_key, fast=self.poll_s)
 
     # -- values --------------------------------------------------------------------------
     def _now(self, now: datetime | None) -> Any:
@@ -203,7 +203,7 @@ class MySQLBackend(MySQLSession):
         then read back (MySQL has no UPDATE ... RETURNING)."""
         if not ids:
             return []
-        token = secrets.token_hex(16)  # each row's: this and its id (job_claim_update)
+        token = secrets.token_hex(16)  # a row's token: a hash of this and its id
         self._qc(cur, "job_claim_update", {**base, "ids": self._list(ids), "token": token})
         return self._q(cur, "job_get_claimed", {"ids": self._list(ids)})
 

@@ -68,11 +68,12 @@ def parse_url(url: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(f"malformed MySQL URL {redact(url)}: {exc}") from exc
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(options) - {"connect_timeout", "unix_socket"}
+    unknown = set(options) - {"connect_timeout", "unix_socket", "poll_ms"}
     if unknown:
         raise ConfigError(
             f"unknown MySQL URL option(s) {sorted(unknown)}: the options are "
-            "'connect_timeout' (seconds) and 'unix_socket' (a path)"
+            "'connect_timeout' (seconds), 'unix_socket' (a path) and 'poll_ms' (how "
+            "often a worker that was just busy looks for new work, 1 to 1000 ms)"
         )
     kwargs: dict[str, Any] = {
         "host": parts.hostname or "127.0.0.1",
@@ -85,6 +86,20 @@ def parse_url(url: str) -> dict[str, Any]:
     if "unix_socket" in options:
         kwargs["unix_socket"] = options["unix_socket"]
     return kwargs
+
+
+def poll_seconds(url: str, default_ms: float = 2.0) -> float:
+    """The URL's ``poll_ms`` (the notifier's fast cadence: see MySQLNotifier), in seconds."""
+    text = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}.get("poll_ms")
+    if text is None:
+        return default_ms / 1000
+    try:
+        ms = float(text)
+    except ValueError:
+        ms = -1.0
+    if not 1 <= ms <= 1000:
+        raise ConfigError(f"MySQL URL option poll_ms must be 1 to 1000 (ms), got {text!r}")
+    return ms / 1000
 
 
 def redact(url: str) -> str:
@@ -102,6 +117,8 @@ class MySQLSession(SqlBackend):
     def __init__(self, url: str) -> None:
         self.url = url
         self._kwargs = parse_url(url)
+        #: the notifier's poll while work was seen lately (the URL's poll_ms)
+        self.poll_s = poll_seconds(url)
         self.database = self._kwargs["database"]
         self.hub_key = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
         self.where = f"the MySQL database {self.database}"
