@@ -358,7 +358,7 @@ def drain(backend: str, config: str, args, base: dict) -> dict:
 
 # -- the PostgreSQL claim plan -------------------------------------------------------------
 def plan_summary(lines: list[str]) -> dict:
-    """The parts of a job_claim_limited plan that matter: the candidate scan (locks
+    """The parts of a keyed claim's plan that matter: the candidate scan (locks
     ``window`` rows), the join of the ranked candidates with the running counts per
     key, and the execution time."""
     out: dict = {}
@@ -382,7 +382,7 @@ def plan_summary(lines: list[str]) -> dict:
 
 def claim_plan(args, base: dict) -> dict:
     """EXPLAIN (ANALYZE, BUFFERS) of the backend's own limited claim (the candidates
-    and their key locks, then job_claim_limited by their ids) in the
+    and their key locks, then job_claim_keyed with their ids and keys) in the
     keys1000 setting, halfway: ``--n`` jobs over 1,000 keys enqueued, half of them
     claimed and finished through the backend, 100 held running (as a worker would),
     then the claim of 100 explained (window max(100, 10 x 100)) and rolled back:
@@ -441,8 +441,14 @@ def claim_plan(args, base: dict) -> dict:
                     cur.execute(explain + PG_QUERIES["job_claim_candidates"], params)
                     picking = [r[0] for r in cur.fetchall()]
                     cur.execute(PG_QUERIES["job_claim_candidates"], params)
-                    ids = [r[0] for r in cur.fetchall()]
-                    cur.execute(explain + PG_QUERIES["job_claim_limited"], {**params, "ids": ids})
+                    cands = cur.fetchall()  # id, rate_key, concurrency_key, its limit, .., ord
+                    keyed = {
+                        "ids": [r[0] for r in cands],
+                        "keys": [r[2] for r in cands],
+                        "limits": [r[3] for r in cands],
+                        "ords": [r[5] for r in cands],
+                    }
+                    cur.execute(explain + PG_QUERIES["job_claim_keyed"], {**params, **keyed})
                     claiming = [r[0] for r in cur.fetchall()]
                     conn.rollback()  # EXPLAIN ANALYZE of an UPDATE claims: undo it
                 summary = {**plan_summary(claiming), **plan_summary(picking)}

@@ -365,8 +365,10 @@ def limits_section(rows: list[dict], path: str) -> list[str]:
     for r in (r for r in rows if r.get("measure") == "claim_plan"):
         out += [
             "EXPLAIN (ANALYZE, BUFFERS) of the PostgreSQL limited claim "
-            "(`job_claim_candidates`, then `job_claim_limited` by their ids: two of the "
-            "statements its function runs in one call, each explained alone) "
+            "(`job_claim_candidates`, then `job_claim_keyed` with their ids and keys: two "
+            "of the "
+            "statements its function runs in one call where keys alone limit, each "
+            "explained alone) "
             f"({r['config']}, {r['finished']:,} of {r['n']:,} jobs finished, "
             f"{r['held_running']} running; rolled back):",
             "",

@@ -221,6 +221,15 @@ def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
     plan = _pg_analyze(backend, "job_claim_limited", keyed_claim_params(backend, ids=ids))
     assert "conveyor_jobs_running_key_idx" in plan, plan
     assert "rows=100 loops=1" in plan, plan
+    # where keys alone limit, the claim takes the candidates' keys as arrays
+    keys = {
+        "keys": [f"u{i % 50}" for i in range(200)],
+        "limits": [2] * 200,
+        "ords": list(range(1, 201)),
+    }
+    plan = _pg_analyze(backend, "job_claim_keyed", keyed_claim_params(backend, ids=ids, **keys))
+    assert "conveyor_jobs_running_key_idx" in plan, plan
+    assert "rows=100 loops=1" in plan, plan  # two of each key's four candidates
 
 
 @only_on("postgres")  # PostgreSQL's bitmap scans

@@ -35,6 +35,7 @@ PG_ONLY = {
     # under BEGIN IMMEDIATE
     "job_claim_candidates",  # a limited claim's window and its keys' stripe locks
     "queue_running",  # the room left under a queue limit, counted under its lock
+    "job_claim_keyed",  # job_claim_limited where keys alone limit: arrays, one ranking
     "job_claim_limited_function",  # those statements, run by the server in one call
     "job_claim_limited_call",
     "notify",

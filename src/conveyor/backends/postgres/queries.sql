@@ -627,7 +627,7 @@ SELECT count(*) AS n FROM conveyor_jobs WHERE queue = %(queue)s AND state = 'run
 -- cluster, so a claim locks at most KEY_LOCKS_MAX (128) keys, the first in claim
 -- order; candidates of further keys are left to a later claim too.
 WITH cand AS MATERIALIZED (
-    SELECT j.id, j.concurrency_key, j.rate_key
+    SELECT j.id, j.concurrency_key, j.rate_key, j.concurrency_limit, j.spread_group
     -- Not joined to t: beside a one-row CTE the planner no longer knew the index
     -- scan's order and sorted every waiting job of the queue per claim (12,100 of
     -- them, 6 ms of a 11 ms claim); alone, the scan walks the fetch index in
@@ -665,7 +665,7 @@ WITH cand AS MATERIALIZED (
     WHERE pg_try_advisory_xact_lock(
               72628375, hashtext('conveyor_jobs'::regclass::oid::text || '/' || key))
 )
-SELECT o.id, o.rate_key
+SELECT o.id, o.rate_key, o.concurrency_key, o.concurrency_limit, o.spread_group, o.ord
 FROM ordered o
 WHERE (o.concurrency_key IS NULL OR o.concurrency_key IN (SELECT key FROM locked))
   AND (o.rate_key IS NULL OR o.rate_key IN (SELECT key FROM locked))
@@ -746,6 +746,36 @@ WITH t AS (
 )
 {FRAGMENT(job_claimed)}
 
+-- name: job_claim_keyed
+-- job_claim_limited where nothing but the jobs' concurrency keys limits the claim
+-- (no queue limit or rate, no rate key or spread group among the candidates), the
+-- common keyed claim: the candidates come as job_claim_candidates returned them,
+-- their keys and limits as arrays (%(ords)s: their claim order), so they are not
+-- read again by id, and ranked once, per key, in claim order (job_claim_limited
+-- read them again and ranked them three times: per concurrency key, rate key and
+-- spread group). The count that decides is the same, in a statement of its own.
+WITH t AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), cand AS MATERIALIZED (
+    SELECT c.id, c.key, c.lim, c.ord,
+           row_number() OVER (PARTITION BY c.key ORDER BY c.ord) AS rn
+    FROM unnest(%(ids)s::bigint[], %(keys)s::text[], %(limits)s::int[], %(ords)s::bigint[])
+         AS c(id, key, lim, ord)
+), busy AS MATERIALIZED (
+    -- running jobs per candidate key, as job_claim_limited counts them
+    SELECT coalesce(jsonb_object_agg(concurrency_key, n), '{}') AS n FROM (
+        SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
+        WHERE state = 'running' AND concurrency_key IS NOT NULL
+          AND concurrency_key IN (SELECT key FROM cand)
+        GROUP BY concurrency_key) x
+), picked AS (
+    SELECT c.id FROM cand c, busy b
+    WHERE c.key IS NULL OR c.rn + coalesce((b.n ->> c.key)::bigint, 0) <= c.lim
+    ORDER BY c.ord
+    LIMIT %(limit)s
+)
+{FRAGMENT(job_claimed)}
+
 -- name: job_claim_limited_function
 -- A limited claim in one round trip (job_claim_limited_call). Its statements must
 -- run one after another: the lock (limits_lock), then the candidates and their key
@@ -784,7 +814,11 @@ LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
     v_ids bigint[];
+    v_keys text[];
+    v_limits int[];
+    v_ords bigint[];
     v_rated boolean;
+    v_spread boolean;
     v_room bigint;
     v_claimed bigint;
     v_spend record;
@@ -797,9 +831,15 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    SELECT array_agg(c.id), bool_or(c.rate_key IS NOT NULL) INTO v_ids, v_rated
+    SELECT array_agg(c.id), array_agg(c.concurrency_key), array_agg(c.concurrency_limit),
+           array_agg(c.ord), bool_or(c.rate_key IS NOT NULL), bool_or(c.spread_group IS NOT NULL)
+    INTO v_ids, v_keys, v_limits, v_ords, v_rated, v_spread
     FROM ({{job_claim_candidates}}) AS c;
     IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF NOT (v_rated OR v_spread OR p_queue_lock) THEN  -- keys alone: job_claim_keyed
+        RETURN QUERY {{job_claim_keyed ids=v_ids keys=v_keys limits=v_limits ords=v_ords}};
         RETURN;
     END IF;
     RETURN QUERY {{job_claim_limited ids=v_ids}};
