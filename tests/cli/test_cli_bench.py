@@ -5,6 +5,7 @@ are not checked here (benchmarks are benchmarks): only that they are there."""
 from __future__ import annotations
 
 import json
+import tempfile
 
 import psycopg
 import pytest
@@ -15,7 +16,12 @@ from ..conftest import only_on
 from .conftest import Invoke
 
 
-def test_bench_measures_and_leaves_other_jobs_alone(invoke: Invoke, db_url: str) -> None:
+def test_bench_measures_and_leaves_other_jobs_alone(
+    invoke: Invoke, db_url: str, tmp_path, monkeypatch
+) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where its workers' files go
     app = Conveyor(db_url)
     mine = app.enqueue("someone_elses_task", [1], queue="default")
     app.close()
@@ -48,6 +54,7 @@ def test_bench_measures_and_leaves_other_jobs_alone(invoke: Invoke, db_url: str)
         assert not [q for q in app.queues() if q.name == "conveyor_bench" and q.max_running]
     finally:
         app.close()
+    assert not list(scratch.iterdir())  # its workers' logs and figures went with it
 
 
 def test_bench_refuses_an_unknown_phase(invoke: Invoke, tmp_path) -> None:

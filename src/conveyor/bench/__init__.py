@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,8 +93,11 @@ class Bench:
         self._tmp = Path(tempfile.mkdtemp(prefix="conveyor-bench-"))
 
     def close(self) -> None:
-        self.clear()
-        self.app.close()
+        try:
+            self.clear()
+            self.app.close()
+        finally:  # the workers' logs and figures: read by now (a failure quotes its log)
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
     # -- helpers ---------------------------------------------------------------------
     def clear(self) -> None:
