@@ -204,6 +204,21 @@ WITH t AS (
 )
 SELECT id, unique_key, idempotency_key, (SELECT count(*) FROM woken) AS notified FROM ins
 
+-- fragment: running_per_key
+-- Running jobs per key of a CTE `cand` (its column concurrency_key), counted once,
+-- as one {key: n} object (job_claim_limited, job_claim_keyed): the planner, with
+-- no statistics on a CTE, joined it to the candidates by a nested loop (1,000 x 100
+-- comparisons, 9 of a claim's 14 ms); a lookup is one probe.
+SELECT coalesce(jsonb_object_agg(concurrency_key, n), '{}') AS n FROM (
+    -- The running jobs with keys (the running-key index, v15) hashed against the
+    -- candidates' keys. `= ANY(ARRAY(...))` was a parameter to the generic plan,
+    -- so each running job was compared with every key in turn: 0.7 of a claim's
+    -- 4.6 ms with 100 running and 200 candidates; the hash join takes 0.2.
+    SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
+    WHERE state = 'running' AND concurrency_key IS NOT NULL
+      AND concurrency_key IN (SELECT concurrency_key FROM cand)
+    GROUP BY concurrency_key) x
+
 -- fragment: job_claimed
 -- The end of both claims (job_claim, job_claim_limited): the jobs a CTE `picked`
 -- chose, at the time of a CTE `t`, become the worker's, and come back as a claim
@@ -698,18 +713,7 @@ WITH t AS (
                               ORDER BY c.priority DESC, c.scheduled_at, c.id) AS spread_rn
     FROM cand c
 ), busy AS MATERIALIZED (
-    -- Running jobs per candidate key, counted once, as one {key: n} object: the
-    -- planner, with no statistics on a CTE, joined it to the candidates by a nested
-    -- loop (1,000 x 100 comparisons, 9 of a claim's 14 ms); a lookup is one probe.
-    SELECT coalesce(jsonb_object_agg(concurrency_key, n), '{}') AS n FROM (
-        -- The running jobs with keys (the running-key index, v15) hashed against the
-        -- candidates' keys. `= ANY(ARRAY(...))` was a parameter to the generic plan,
-        -- so each running job was compared with every key in turn: 0.7 of a claim's
-        -- 4.6 ms with 100 running and 200 candidates; the hash join takes 0.2.
-        SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
-        WHERE state = 'running' AND concurrency_key IS NOT NULL
-          AND concurrency_key IN (SELECT concurrency_key FROM cand)
-        GROUP BY concurrency_key) x
+    {FRAGMENT(running_per_key)}
     -- (bucket: tokens per rate key, {key: tokens}, likewise)
 ), bucket AS MATERIALIZED (
     SELECT coalesce(jsonb_object_agg(k.rate_key, least(k.burst, coalesce(
@@ -757,20 +761,16 @@ WITH t AS (
 WITH t AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), cand AS MATERIALIZED (
-    SELECT c.id, c.key, c.lim, c.ord,
-           row_number() OVER (PARTITION BY c.key ORDER BY c.ord) AS rn
+    SELECT c.id, c.concurrency_key, c.lim, c.ord,
+           row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.ord) AS rn
     FROM unnest(%(ids)s::bigint[], %(keys)s::text[], %(limits)s::int[], %(ords)s::bigint[])
-         AS c(id, key, lim, ord)
+         AS c(id, concurrency_key, lim, ord)
 ), busy AS MATERIALIZED (
-    -- running jobs per candidate key, as job_claim_limited counts them
-    SELECT coalesce(jsonb_object_agg(concurrency_key, n), '{}') AS n FROM (
-        SELECT concurrency_key, count(*) AS n FROM conveyor_jobs
-        WHERE state = 'running' AND concurrency_key IS NOT NULL
-          AND concurrency_key IN (SELECT key FROM cand)
-        GROUP BY concurrency_key) x
+    {FRAGMENT(running_per_key)}
 ), picked AS (
     SELECT c.id FROM cand c, busy b
-    WHERE c.key IS NULL OR c.rn + coalesce((b.n ->> c.key)::bigint, 0) <= c.lim
+    WHERE c.concurrency_key IS NULL
+       OR c.rn + coalesce((b.n ->> c.concurrency_key)::bigint, 0) <= c.lim
     ORDER BY c.ord
     LIMIT %(limit)s
 )
