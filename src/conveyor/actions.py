@@ -7,18 +7,21 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import serialize
 from .backends.interfaces import Backend
 from .checks import check_id, make_filter
 from .errors import ConfigError, JobNotFound, Permanent
 from .job import Job
-from .records import ActionRecord, BulkResult, JobFilter, JobState
+from .records import ActionRecord, BulkResult, Inserted, JobFilter, JobInsert, JobState
 from .registry import BULK_TASK
 from .runtime.context import current_job
 from .task import Task
+
+if TYPE_CHECKING:
+    from .producing import Producer
 
 log = logging.getLogger("conveyor")
 #: rows a bulk action changes per transaction
@@ -48,8 +51,10 @@ class ActionsHost(Protocol):
 class Actions:
     """Operator actions on the jobs of one app."""
 
-    def __init__(self, host: ActionsHost) -> None:
+    def __init__(self, host: ActionsHost, producer: Producer) -> None:
         self._host = host
+        #: sends the job of a bulk action, as every job is sent (settings, hooks)
+        self._producer = producer
 
     def retry_job(self, job_id: int) -> bool:
         f = JobFilter(ids=(check_id(job_id, "job"),))
@@ -158,14 +163,18 @@ class Actions:
         job = self._host.tasks[BULK_TASK].build(
             (action_id,), {}, idempotency_key=f"{BULK_TASK}:{action_id}"
         )
-        self._host.backend.action_insert(
-            action_id=action_id,
-            action=action,
-            filter_json=json.dumps(described),
-            actor=actor,
-            matched=matched,
-            job=job,
-        )
+
+        def write(jobs: Sequence[JobInsert]) -> list[Inserted]:
+            return self._host.backend.action_insert(
+                action_id=action_id,
+                action=action,
+                filter_json=json.dumps(described),
+                actor=actor,
+                matched=matched,
+                jobs=jobs,
+            )
+
+        self._producer.insert_jobs([job], payloads=[((action_id,), {})], write=write)
         return self.bulk_action(action_id)
 
     def run_bulk(self, action_id: str) -> dict[str, Any]:

@@ -109,9 +109,9 @@ class Conveyor:
         self._db: Database = Database(self, self.serving.open_sensitive)
         self._replica = Database(Replica(self), lambda backend: None)
         self._events = Events(self)
-        self._actions = Actions(self)
-        self._diagnosis = Diagnosis(self)
         self._producer = Producer(self, self.serving, self._registry.task_for)
+        self._actions = Actions(self, self._producer)
+        self._diagnosis = Diagnosis(self)
         self._queues = QueueControl(self)
         self._reads = Reads(self, self.serving.before_shown)
         #: what the handles (tasks, jobs, batches, chains, workflows) are bound to

@@ -81,11 +81,13 @@ class Producer:
         *,
         conn: Any = None,
         payloads: Payloads | None = None,
+        write: Callable[[Sequence[JobInsert]], list[Inserted]] | None = None,
     ) -> list[Job]:
         """Write prepared jobs; returns handles in input order. ``payloads`` are the
         (args, kwargs) the inserts were encoded from, reused for the handles. Jobs
         whose key named an existing job come back as that job, read fresh, with
-        ``created=False``."""
+        ``created=False``. ``write`` writes them instead of ``job_insert_many``
+        (a bulk action: its record in the same transaction)."""
         inserts = self._serving.settle(inserts)  # per-task-type settings fill in what was not sent
         if self._host.middleware:
             changed = run_enqueue_hooks(self._host.middleware, list(inserts))
@@ -93,7 +95,10 @@ class Producer:
                 raise ConfigError("an on_enqueue hook must return one job per job it was given")
             inserts = changed
         now = datetime.now(UTC)
-        results = self._host.backend.job_insert_many(jobs=inserts, conn=conn)
+        if write is None:
+            results = self._host.backend.job_insert_many(jobs=inserts, conn=conn)
+        else:
+            results = write(inserts)
         jobs = self.handles(inserts, results, payloads, now)
         for m in self._host.middleware:
             m.on_enqueued(jobs)

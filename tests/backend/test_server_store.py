@@ -170,7 +170,7 @@ def test_bulk_actions_are_recorded_updated_and_listed_newest_first(backend):
 def test_a_bulk_action_and_the_job_that_runs_it_are_written_together(backend, monkeypatch):
     job = JobInsert(queue="conveyor", task="conveyor.bulk_action", args_json='{"args": ["b1"]}')
     backend.action_insert(
-        action_id="b1", action="retry", filter_json="{}", actor=None, matched=1, job=job
+        action_id="b1", action="retry", filter_json="{}", actor=None, matched=1, jobs=[job]
     )
     assert backend.action_get(action_id="b1").state == "running"
     assert [j.task for j in backend.job_list(filter=JobFilter(queues=("conveyor",)))] == [
@@ -184,7 +184,7 @@ def test_a_bulk_action_and_the_job_that_runs_it_are_written_together(backend, mo
     monkeypatch.setattr(backend, "_insert_rows", broken)
     with pytest.raises(RuntimeError, match="insert failed"):
         backend.action_insert(
-            action_id="b2", action="retry", filter_json="{}", actor=None, matched=1, job=job
+            action_id="b2", action="retry", filter_json="{}", actor=None, matched=1, jobs=[job]
         )
     assert backend.action_get(action_id="b2") is None
 

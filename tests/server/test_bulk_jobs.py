@@ -83,3 +83,33 @@ def test_a_bulk_action_waits_for_a_worker_and_goes_on_where_it_stopped(db_url):
         assert app.count_jobs(task="bulk_rs") == {"cancelled": 700}
     finally:
         app.close()
+
+
+def test_a_bulk_actions_job_is_sent_as_every_job_is(db_url):
+    """Through the enqueue hooks (which may add headers, a tracing context) and
+    the on_enqueued ones, with its record in the same transaction."""
+    from conveyor import Middleware
+
+    class Seen(Middleware):
+        def __init__(self) -> None:
+            self.enqueue: list[str] = []
+            self.enqueued: list[str] = []
+
+        def on_enqueue(self, jobs):
+            self.enqueue += [j.task for j in jobs]
+            return jobs
+
+        def on_enqueued(self, jobs):
+            self.enqueued += [j.task for j in jobs]
+
+    seen = Seen()
+    app = Conveyor(db_url, middleware=[seen])
+    try:
+        app.enqueue("bulk_hk", [1])
+        f = JobFilter(tasks=("bulk_hk",))
+        action = app.plumbing.start_bulk("cancel", f, actor="test")
+        assert seen.enqueue == seen.enqueued == ["bulk_hk", BULK_TASK]
+        [job] = app.list_jobs(task=BULK_TASK)
+        assert job.args == [action.id]
+    finally:
+        app.close()

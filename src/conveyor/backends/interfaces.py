@@ -610,11 +610,12 @@ class ServerStore(abc.ABC):
         filter_json: str,
         actor: str | None,
         matched: int,
-        job: JobInsert | None = None,
+        jobs: Sequence[JobInsert] = (),
         now: datetime | None = None,
-    ) -> None:
-        """Record a bulk action that starts now (state running), and write ``job``
-        (the job that runs it) in the same transaction: never one without the other."""
+    ) -> list[Inserted]:
+        """Record a bulk action that starts now (state running), and write ``jobs``
+        (the job that runs it) in the same transaction, never one without the
+        other: what ``job_insert_many`` would return for them."""
 
     @abc.abstractmethod
     def action_update(

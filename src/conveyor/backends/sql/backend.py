@@ -290,21 +290,25 @@ class SqlBackend(Backend):
     ) -> list[Inserted]:
         if not jobs:
             return []
-        ts = self._now(now)
         with self._tx(dbapi_connection(conn, self.name)) as cur:
+            return self._insert_resolving(cur, jobs, self._now(now))
 
-            def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
-                return self._insert_rows(cur, subset, ts)
+    def _insert_resolving(self, cur: Any, jobs: Sequence[JobInsert], ts: Any) -> list[Inserted]:
+        """``job_insert_many`` on the caller's cursor: each job's id, an existing
+        job's where its key named one."""
 
-            def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
-                rows = self._q(
-                    cur,
-                    "job_find_by_keys",
-                    {"unique_keys": self._list(uks), "idempotency_keys": self._list(iks)},
-                )
-                return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in rows]
+        def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
+            return self._insert_rows(cur, subset, ts)
 
-            return insert_resolving(jobs, insert, find)
+        def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
+            rows = self._q(
+                cur,
+                "job_find_by_keys",
+                {"unique_keys": self._list(uks), "idempotency_keys": self._list(iks)},
+            )
+            return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in rows]
+
+        return insert_resolving(jobs, insert, find)
 
     # -- jobs: reading ------------------------------------------------------------------
     def job_get(self, *, job_id: int) -> JobRecord | None:
@@ -964,9 +968,9 @@ class SqlBackend(Backend):
         filter_json: str,
         actor: str | None,
         matched: int,
-        job: JobInsert | None = None,
+        jobs: Sequence[JobInsert] = (),
         now: datetime | None = None,
-    ) -> None:
+    ) -> list[Inserted]:
         params = {
             "id": action_id,
             "action": action,
@@ -977,8 +981,7 @@ class SqlBackend(Backend):
         }
         with self._tx() as cur:
             self._qc(cur, "action_insert", params)
-            if job is not None:
-                self._insert_rows(cur, [job], params["now"])
+            return self._insert_resolving(cur, jobs, params["now"]) if jobs else []
 
     @retried
     def action_update(
