@@ -67,7 +67,7 @@ def parse_url(url: str) -> dict[str, Any]:
         port = parts.port or 3306
     except ValueError as exc:
         raise ConfigError(f"malformed MySQL URL {redact(url)}: {exc}") from exc
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    options = _options(url)
     unknown = set(options) - {"connect_timeout", "unix_socket", "poll_ms"}
     if unknown:
         raise ConfigError(
@@ -88,9 +88,14 @@ def parse_url(url: str) -> dict[str, Any]:
     return kwargs
 
 
+def _options(url: str) -> dict[str, str]:
+    """The URL's query options, the last of each name."""
+    return {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
 def poll_seconds(url: str, default_ms: float = 2.0) -> float:
     """The URL's ``poll_ms`` (the notifier's fast cadence: see MySQLNotifier), in seconds."""
-    text = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}.get("poll_ms")
+    text = _options(url).get("poll_ms")
     if text is None:
         return default_ms / 1000
     try:
