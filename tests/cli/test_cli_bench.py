@@ -57,6 +57,23 @@ def test_bench_measures_and_leaves_other_jobs_alone(
     assert not list(scratch.iterdir())  # its workers' logs and figures went with it
 
 
+def test_bench_drains_with_several_worker_processes(invoke: Invoke, db_url: str) -> None:
+    result = invoke(
+        "bench", "--jobs", "300", "--rounds", "1", "--phases", "drain", "--workers", "2",
+        "--json", url=db_url,
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["workers"] == 2
+    assert report["results"]["drain"]["jobs_per_s"] > 0  # the two ran all 300 between them
+    app = Conveyor(db_url)
+    try:
+        assert app.count_jobs(queue="conveyor_bench") == {}
+    finally:
+        app.close()
+
+
 def test_bench_refuses_an_unknown_phase(invoke: Invoke, tmp_path) -> None:
     result = invoke("bench", "--phases", "drain,warp", url=f"sqlite:///{tmp_path / 'b.db'}")
     assert result.exit_code == 2
@@ -94,6 +111,8 @@ def test_bench_with_pgqueuer_uses_tables_of_its_own(invoke: Invoke, db_url: str)
         "2",
         "--phases",
         "enqueue,drain",
+        "--workers",
+        "2",
         "--pgqueuer",
         "--json",
         url=db_url,
@@ -107,6 +126,7 @@ def test_bench_with_pgqueuer_uses_tables_of_its_own(invoke: Invoke, db_url: str)
     assert len(r["enqueue"]["one_round_ratios"]) == 2
     assert report["ratios"]["one_by_one_enqueue_vs_pgqueuer"] > 0
     assert len(r["drain"]["round_ratios"]) == len(r["drain"]["wall_ratios"]) == 2
+    assert report["workers"] == 2  # PgQueuer's drains by two processes as well
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT mine FROM pgqueuer").fetchall() == [(42,)]
         left = conn.execute(

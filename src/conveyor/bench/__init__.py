@@ -9,7 +9,9 @@ each phase; nothing else in the database is read or changed):
   enqueue, and the median of the rounds' ratios).
 - ``drain``: N no-op jobs waiting, then one ``conveyor worker --queues
   conveyor_bench --burst`` process with the CLI's defaults, as the README runs
-  it; jobs/s from the first handler start to the last handler end (as the shared
+  it (``--workers N``: N such processes started together, and PgQueuer's drains
+  by N processes too; the span runs from the first start in any to the last end);
+  jobs/s from the first handler start to the last handler end (as the shared
   peer harness measures every queue), and over the process's wall time (start-up
   and exit included); the median of ``rounds`` drains, each listed. Each drain
   starts from Conveyor's tables as autovacuum leaves them (PostgreSQL: the dead
@@ -43,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,11 +64,18 @@ CHUNK = 1_000
 class Report:
     url: str
     jobs: int
+    workers: int = 1
     results: dict[str, Any] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "jobs": self.jobs, "results": self.results, "ratios": self.ratios}
+        return {
+            "url": self.url,
+            "jobs": self.jobs,
+            "workers": self.workers,
+            "results": self.results,
+            "ratios": self.ratios,
+        }
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -77,19 +86,29 @@ def _pct(values: list[float], p: float) -> float:
 
 class Bench:
     def __init__(
-        self, url: str, jobs: int, say: Callable[[str], None], rounds: int, pgqueuer: bool = False
+        self,
+        url: str,
+        jobs: int,
+        say: Callable[[str], None],
+        rounds: int,
+        pgqueuer: bool = False,
+        workers: int = 1,
     ) -> None:
         if jobs < 10:
             raise ConfigError(f"--jobs must be at least 10, got {jobs}")
         if rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, got {rounds}")
+        if workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {workers}")
         self.url, self.jobs, self.say, self.rounds = url, jobs, say, rounds
         self.pgqueuer = pgqueuer
+        #: worker processes per drain (Conveyor's and PgQueuer's alike)
+        self.workers = workers
         #: PgQueuer's batch-100 drains measured beside Conveyor's (phase_drain)
         self.pgq_batch100: list[dict[str, float]] | None = None
         self.app = Conveyor(url)
         self.app.migrate()
-        self.report = Report(redact_url(url), jobs)
+        self.report = Report(redact_url(url), jobs, workers)
         self._tmp = Path(tempfile.mkdtemp(prefix="conveyor-bench-"))
 
     def close(self) -> None:
@@ -137,16 +156,22 @@ class Bench:
         self.app.backend.tidy(min_dead=max(1, self.jobs // 2), dead_fraction=0.0)
         self.enqueue(self.jobs)
         began = time.perf_counter()
-        with self.worker("--burst") as (proc, out):
-            code = proc.wait()
+        with ExitStack() as stack:
+            # --workers: that many processes started together, each with the defaults
+            started = [stack.enter_context(self.worker("--burst")) for _ in range(self.workers)]
+            codes = [proc.wait() for proc, _out in started]
         wall = time.perf_counter() - began
-        if code != 0:
-            said = out.with_suffix(".log").read_text(errors="replace")[-2_000:]
-            raise RuntimeError(f"the benchmark worker exited with status {code}:\n{said}")
-        notes = json.loads(out.read_text())
-        if notes["count"] != self.jobs:
-            raise RuntimeError(f"the worker ran {notes['count']} of {self.jobs} jobs")
-        span = max(notes["last"] - notes["first"], 1e-9)
+        for code, (_proc, out) in zip(codes, started, strict=True):
+            if code != 0:
+                said = out.with_suffix(".log").read_text(errors="replace")[-2_000:]
+                raise RuntimeError(f"the benchmark worker exited with status {code}:\n{said}")
+        each = [json.loads(out.read_text()) for _proc, out in started]
+        count = sum(notes["count"] for notes in each)
+        if count != self.jobs:
+            raise RuntimeError(f"the workers ran {count} of {self.jobs} jobs")
+        # from the first handler start in any process to the last end in any
+        ran = [notes for notes in each if notes["first"] is not None]
+        span = max(max(n["last"] for n in ran) - min(n["first"] for n in ran), 1e-9)
         self.clear()
         return {"jobs_per_s": round(self.jobs / span), "wall_jobs_per_s": round(self.jobs / wall)}
 
@@ -199,6 +224,9 @@ class Bench:
             out["one_round_ratios"] = [round(a / b, 2) for a, b in zip(ours, theirs, strict=True)]
         return out
 
+    def _processes(self, what: str) -> str:
+        return f"one {what}" if self.workers == 1 else f"{self.workers} {what} processes"
+
     def _round(self, r: int) -> str:
         return f" ({r + 1}/{self.rounds})" if self.pgqueuer and self.rounds > 1 else ""
 
@@ -212,16 +240,17 @@ class Bench:
             for mine in (True, False) if ours_first else (False, True):
                 if mine:
                     self.say(
-                        f"drain: {self.jobs:,} no-op jobs, one `conveyor worker --burst`"
+                        f"drain: {self.jobs:,} no-op jobs,"
+                        f" {self._processes('`conveyor worker --burst`')}"
                         f" (CLI defaults) ({r + 1}/{self.rounds})"
                     )
                     runs.append(self.drain())
                 elif self.pgqueuer:
                     self.say(
-                        f"drain: {self.jobs:,} no-op jobs, one PgQueuer worker, batch_size=100"
-                        f" ({r + 1}/{self.rounds})"
+                        f"drain: {self.jobs:,} no-op jobs, {self._processes('PgQueuer worker')},"
+                        f" batch_size=100 ({r + 1}/{self.rounds})"
                     )
-                    theirs.append(pgq.drain(self.url, self._tmp, self.jobs, 100))
+                    theirs.append(pgq.drain(self.url, self._tmp, self.jobs, 100, self.workers))
         self.report.results["drain"] = _medians(runs)
         if self.pgqueuer:
             self.pgq_batch100 = theirs
@@ -281,7 +310,7 @@ class Bench:
         from . import pgq
 
         self.report.results["pgqueuer"] = pgq.run(
-            self.url, self.jobs, self._tmp, self.say, self.rounds, self.pgq_batch100
+            self.url, self.jobs, self._tmp, self.say, self.rounds, self.pgq_batch100, self.workers
         )
         ours, theirs = self.report.results, self.report.results["pgqueuer"]
         if "drain" in ours:
@@ -321,6 +350,7 @@ def run(
     pgqueuer: bool = False,
     say: Callable[[str], None] = lambda _m: None,
     rounds: int = 3,
+    workers: int = 1,
 ) -> Report:
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
@@ -331,7 +361,7 @@ def run(
         from . import pgq
 
         pgq.check()  # before any phase: a missing package fails at once
-    bench = Bench(url, jobs, say, rounds, pgqueuer)
+    bench = Bench(url, jobs, say, rounds, pgqueuer, workers)
     try:
         bench.clear()
         for phase in PHASES:  # in this order whatever the order asked
@@ -376,13 +406,19 @@ def _enqueue_rows(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
-def _drain_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+def _processes(workers: int) -> str:
+    return "one worker process" if workers == 1 else f"{workers} worker processes"
+
+
+def _drain_rows(d: dict[str, Any], workers: int) -> list[tuple[str, str]]:
+    command = "`conveyor worker --queues conveyor_bench --burst`"
+    who = f"one {command} process" if workers == 1 else f"{workers} {command} processes"
     return [
         (
-            "drain, one `conveyor worker --queues conveyor_bench --burst` process"
-            f" (CLI defaults), first handler start to last end{_of(d['runs'])}",
-            f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} over the process's"
-            f" wall time, start-up included){_runs(d['runs'])}",
+            f"drain, {who} (CLI defaults), first handler start to last end{_of(d['runs'])}",
+            f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} over the"
+            f" {'process' if workers == 1 else 'processes'}' wall time, start-up included)"
+            f"{_runs(d['runs'])}",
         )
     ]
 
@@ -405,18 +441,21 @@ def _limit_rows(lim: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def _pgqueuer_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+def _pgqueuer_rows(r: dict[str, Any], workers: int) -> list[tuple[str, str]]:
     p = r["pgqueuer"]
     runs = p["drain_batch100_runs"]
     beside = ", alternating with Conveyor's" if "round_ratios" in r.get("drain", {}) else ""
     return [
         (f"PgQueuer {p['version']} bulk enqueue", f"{p['bulk_jobs_per_s']:,} jobs/s"),
         (
-            f"PgQueuer drain, batch 100, one worker process, new tables{beside}{_of(runs)}",
+            f"PgQueuer drain, batch 100, {_processes(workers)}, new tables{beside}{_of(runs)}",
             f"{p['drain_batch100']:,} jobs/s ({p['drain_batch100_wall']:,} over its wall"
             f" time){_runs(runs)}",
         ),
-        ("PgQueuer drain, batch 10 (its default)", f"{p['drain_batch10']:,} jobs/s"),
+        (
+            f"PgQueuer drain, batch 10 (its default), {_processes(workers)}",
+            f"{p['drain_batch10']:,} jobs/s",
+        ),
     ]
 
 
@@ -447,7 +486,7 @@ def markdown(report: Report) -> str:
     if "enqueue" in r:
         rows += _enqueue_rows(report)
     if "drain" in r:
-        rows += _drain_rows(r["drain"])
+        rows += _drain_rows(r["drain"], report.workers)
     if "limits" in r:
         rows += _limit_rows(r["limits"])
     if "latency" in r:
@@ -459,10 +498,11 @@ def markdown(report: Report) -> str:
             )
         )
     if "pgqueuer" in r:
-        rows += _pgqueuer_rows(r)
+        rows += _pgqueuer_rows(r, report.workers)
     rows += _ratio_rows(report)
     lines = [
-        f"`conveyor bench` on {report.url}, {report.jobs:,} jobs",
+        f"`conveyor bench` on {report.url}, {report.jobs:,} jobs"
+        + (f", {report.workers} worker processes per drain" if report.workers > 1 else ""),
         "",
         "| measurement | result |",
         "|---|---|",

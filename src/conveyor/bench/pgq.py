@@ -1,7 +1,8 @@
 """PgQueuer in the same run as ``conveyor bench --pgqueuer``, measured as the peer
 harness measures it: every drain starts from new, empty PgQueuer tables (the
 harness gives each run a new database), N no-op jobs enqueued in calls of 1,000,
-then one PgQueuer worker process drains them; jobs/s from the first handler start
+then one PgQueuer worker process drains them (or, with ``--workers``, that many
+started together); jobs/s from the first handler start
 to the last handler end, and over the worker process's wall time.
 
 Everything PgQueuer does runs in processes of its own (``pgq_worker.py``, by its
@@ -43,13 +44,26 @@ def _dsn(url: str) -> str:
 
 def _call(url: str, tmp: Path, command: str, *args: object) -> dict[str, Any]:
     """Runs one pgq_worker command in a process of its own; its JSON result."""
-    out = tmp / f"pgq-{command}-{time.monotonic_ns()}.json"
-    argv = [sys.executable, str(WORKER), command, _dsn(url), *map(str, args), str(out)]
-    code = subprocess.call(argv, env={**os.environ, "PGQUEUER_PREFIX": PREFIX})
-    if code != 0:
-        raise RuntimeError(f"PgQueuer's {command} process exited with status {code}")
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    return _calls(url, tmp, 1, command, *args)[0]
+
+
+def _calls(
+    url: str, tmp: Path, processes: int, command: str, *args: object
+) -> list[dict[str, Any]]:
+    """Runs one pgq_worker command in ``processes`` processes at once; their results."""
+    outs = [tmp / f"pgq-{command}-{time.monotonic_ns()}-{i}.json" for i in range(processes)]
+    env = {**os.environ, "PGQUEUER_PREFIX": PREFIX}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), command, _dsn(url), *map(str, args), str(o)], env=env
+        )
+        for o in outs
+    ]
+    codes = [p.wait() for p in procs]
+    for code in codes:
+        if code != 0:
+            raise RuntimeError(f"PgQueuer's {command} process exited with status {code}")
+    return [json.loads(o.read_text()) for o in outs]
 
 
 def fresh(url: str, tmp: Path, n: int) -> float:
@@ -64,15 +78,19 @@ def one_by_one(url: str, tmp: Path, n: int) -> float:
     return float(_call(url, tmp, "enqueue_one", n)["jobs_per_s"])
 
 
-def drain(url: str, tmp: Path, n: int, batch: int) -> dict[str, float]:
-    """N jobs enqueued in new tables, then drained by one PgQueuer worker process."""
+def drain(url: str, tmp: Path, n: int, batch: int, processes: int = 1) -> dict[str, float]:
+    """N jobs enqueued in new tables, then drained by ``processes`` PgQueuer worker
+    processes started together: from the first handler start in any of them to the
+    last end in any."""
     fresh(url, tmp, n)
     began = time.perf_counter()
-    notes = _call(url, tmp, "drain", batch)
+    each = _calls(url, tmp, processes, "drain", batch)
     wall = time.perf_counter() - began
-    if notes["count"] != n:
-        raise RuntimeError(f"the PgQueuer worker ran {notes['count']} of {n} jobs")
-    span = max(float(notes["last"]) - float(notes["first"]), 1e-9)
+    count = sum(int(e["count"]) for e in each)
+    if count != n:
+        raise RuntimeError(f"the PgQueuer workers ran {count} of {n} jobs")
+    ran = [e for e in each if e["first"] is not None]
+    span = max(max(float(e["last"]) for e in ran) - min(float(e["first"]) for e in ran), 1e-9)
     return {"jobs_per_s": round(n / span), "wall_jobs_per_s": round(n / wall)}
 
 
@@ -99,10 +117,12 @@ def run(
     say: Callable[[str], None],
     rounds: int = 1,
     batch100: list[dict[str, float]] | None = None,
+    processes: int = 1,
 ) -> dict[str, Any]:
     """PgQueuer's bulk enqueue, its drain at batch 100 ``rounds`` times (the median
     and each run; or the runs given, measured beside Conveyor's drains) and at
-    batch 10 once."""
+    batch 10 once, each by ``processes`` worker processes."""
+    workers = f"{processes} worker processes, " if processes > 1 else ""
     pgqueuer = check()
     result: dict[str, Any] = {"version": pgqueuer.__version__}
     try:
@@ -111,15 +131,18 @@ def run(
         if batch100 is None:
             batch100 = []
             for r in range(rounds):
-                say(f"pgqueuer: drain of {n:,} no-op jobs, batch_size=100 ({r + 1}/{rounds})")
-                batch100.append(drain(url, tmp, n, 100))
+                say(
+                    f"pgqueuer: drain of {n:,} no-op jobs, {workers}batch_size=100"
+                    f" ({r + 1}/{rounds})"
+                )
+                batch100.append(drain(url, tmp, n, 100, processes))
         result["drain_batch100"] = round(statistics.median(d["jobs_per_s"] for d in batch100))
         result["drain_batch100_wall"] = round(
             statistics.median(d["wall_jobs_per_s"] for d in batch100)
         )
         result["drain_batch100_runs"] = [d["jobs_per_s"] for d in batch100]
-        say(f"pgqueuer: drain of {n:,} no-op jobs, batch_size=10 (its default)")
-        result["drain_batch10"] = drain(url, tmp, n, 10)["jobs_per_s"]
+        say(f"pgqueuer: drain of {n:,} no-op jobs, {workers}batch_size=10 (its default)")
+        result["drain_batch10"] = drain(url, tmp, n, 10, processes)["jobs_per_s"]
     finally:
         uninstall(url, tmp)
     return result

@@ -37,6 +37,13 @@ from .core import State, pass_state
     "phase alternates limited and unlimited drains this many times.",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes per drain, started together (PgQueuer's drains too, with --pgqueuer).",
+)
+@click.option(
     "--pgqueuer",
     is_flag=True,
     help="Also run PgQueuer (pip install pgqueuer) in the same run, its drains and one-by-one "
@@ -58,6 +65,7 @@ def bench(
     state: State,
     jobs: int,
     rounds: int,
+    workers: int,
     phases: str,
     pgqueuer: bool,
     local_url: str | None,
@@ -69,7 +77,8 @@ def bench(
     \b
     Phases (only the queue `conveyor_bench` is used; its jobs are deleted after each):
       enqueue  enqueue_many of N jobs (1,000 per call), of N in one call, then N/10 one by one
-      drain    N no-op jobs run by one `conveyor worker --burst` with its defaults:
+      drain    N no-op jobs run by one `conveyor worker --burst` with its defaults
+               (--workers: that many):
                first handler start to last end, and the process's wall time
       latency  200 jobs sent at 50/s to an idle worker: send to handler start
       limits   the drain with a queue limit that never binds, vs unlimited beside it
@@ -91,7 +100,7 @@ def bench(
 
     say(f"database: {redact_url(url)}")
     try:
-        report = run(url, jobs, chosen, pgqueuer=pgqueuer, say=say, rounds=rounds)
+        report = run(url, jobs, chosen, pgqueuer=pgqueuer, say=say, rounds=rounds, workers=workers)
     finally:
         if tmp is not None:
             tmp.cleanup()
