@@ -27,8 +27,9 @@
 #      with and without an SSE client following, completion-to-client delay p50/p99,
 #      a /metrics scrape on 1,000,000 jobs) on PostgreSQL and SQLite, appended to
 #      /tmp/peerbench/results/conveyor-events-<timestamp>.jsonl; its table is printed;
-#   9. `conveyor bench` (the CLI worker with its defaults) on PostgreSQL with --pgqueuer,
-#      on SQLite and on MariaDB (scripts/ensure-mysql.sh), appended to bench/RESULTS.md;
+#   9. `conveyor bench` (the CLI worker with its defaults) on PostgreSQL with --pgqueuer
+#      (one worker process, then the drain by two each: --workers 2), on SQLite and on
+#      MariaDB (scripts/ensure-mysql.sh), appended to bench/RESULTS.md;
 #  10. with BENCH_SCALE=1, bench/bench_scale.py (1/2/4 workers, 1M waiting, 10M finished,
 #      a worker's RSS over 1M jobs), its section appended to bench/RESULTS.md.
 #
@@ -175,6 +176,10 @@ with psycopg.connect(sys.argv[1] + "/postgres", autocommit=True) as c:
   echo "Command: \`conveyor bench -d $PEERBENCH_PG/bench_cli --jobs $N --pgqueuer\` and \`conveyor bench --jobs $N\` (a throwaway SQLite file)."
   echo
   "$VENV/bin/conveyor" bench -d "$PEERBENCH_PG/bench_cli" --jobs "$N" --pgqueuer
+  echo
+  echo "Two worker processes each: \`conveyor bench -d $PEERBENCH_PG/bench_cli --jobs $N --phases drain --workers 2 --pgqueuer\`"
+  echo
+  "$VENV/bin/conveyor" bench -d "$PEERBENCH_PG/bench_cli" --jobs "$N" --phases drain --workers 2 --pgqueuer
   echo
   "$VENV/bin/conveyor" bench --jobs "$N"
   # MariaDB beside them (scripts/ensure-mysql.sh finds or starts it; skipped if none)

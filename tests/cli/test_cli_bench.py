@@ -67,6 +67,7 @@ def test_bench_drains_with_several_worker_processes(invoke: Invoke, db_url: str)
     report = json.loads(result.output)
     assert report["workers"] == 2
     assert report["results"]["drain"]["jobs_per_s"] > 0  # the two ran all 300 between them
+    assert report["results"]["drain"]["cpu_us_per_job"] > 0  # the two processes' CPU
     app = Conveyor(db_url)
     try:
         assert app.count_jobs(queue="conveyor_bench") == {}

@@ -52,6 +52,7 @@ from typing import Any
 
 from ..app import Conveyor
 from ..errors import ConfigError, redact_url
+from .cpu import children_cpu_s, per_job_us
 
 QUEUE = "conveyor_bench"
 NOOP = "conveyor_bench.noop"
@@ -105,7 +106,7 @@ class Bench:
         #: worker processes per drain (Conveyor's and PgQueuer's alike)
         self.workers = workers
         #: PgQueuer's batch-100 drains measured beside Conveyor's (phase_drain)
-        self.pgq_batch100: list[dict[str, float]] | None = None
+        self.pgq_batch100: list[dict[str, Any]] | None = None
         self.app = Conveyor(url)
         self.app.migrate()
         self.report = Report(redact_url(url), jobs, workers)
@@ -147,7 +148,7 @@ class Bench:
                     proc.kill()
                     proc.wait()
 
-    def drain(self) -> dict[str, float]:
+    def drain(self) -> dict[str, Any]:
         # From tables as autovacuum leaves them (PostgreSQL; a no-op elsewhere), as
         # PgQueuer's drains start from new tables: the dead rows of the drains
         # before, which a server with autovacuum off keeps, slowed a drain by ~10%
@@ -155,12 +156,14 @@ class Bench:
         # about a drain of the benchmark's own: none of a big table's few.
         self.app.backend.tidy(min_dead=max(1, self.jobs // 2), dead_fraction=0.0)
         self.enqueue(self.jobs)
+        cpu = children_cpu_s()
         began = time.perf_counter()
         with ExitStack() as stack:
             # --workers: that many processes started together, each with the defaults
             started = [stack.enter_context(self.worker("--burst")) for _ in range(self.workers)]
             codes = [proc.wait() for proc, _out in started]
         wall = time.perf_counter() - began
+        cpu_us = per_job_us(cpu, children_cpu_s(), self.jobs)
         for code, (_proc, out) in zip(codes, started, strict=True):
             if code != 0:
                 said = out.with_suffix(".log").read_text(errors="replace")[-2_000:]
@@ -173,7 +176,11 @@ class Bench:
         ran = [notes for notes in each if notes["first"] is not None]
         span = max(max(n["last"] for n in ran) - min(n["first"] for n in ran), 1e-9)
         self.clear()
-        return {"jobs_per_s": round(self.jobs / span), "wall_jobs_per_s": round(self.jobs / wall)}
+        return {
+            "jobs_per_s": round(self.jobs / span),
+            "wall_jobs_per_s": round(self.jobs / wall),
+            "cpu_us_per_job": cpu_us,
+        }
 
     # -- phases ----------------------------------------------------------------------
     def phase_enqueue(self) -> None:
@@ -233,8 +240,8 @@ class Bench:
     def phase_drain(self) -> None:
         from . import pgq
 
-        runs: list[dict[str, float]] = []
-        theirs: list[dict[str, float]] = []
+        runs: list[dict[str, Any]] = []
+        theirs: list[dict[str, Any]] = []
         for r in range(self.rounds):
             ours_first = r % 2 == 0 or not self.pgqueuer
             for mine in (True, False) if ours_first else (False, True):
@@ -334,12 +341,14 @@ class Bench:
                 )
 
 
-def _medians(runs: list[dict[str, float]]) -> dict[str, Any]:
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The median of each figure of ``runs`` (drains), and the runs' jobs/s."""
+    cpu = [r["cpu_us_per_job"] for r in runs if r.get("cpu_us_per_job") is not None]
     return {
         "jobs_per_s": round(statistics.median(r["jobs_per_s"] for r in runs)),
         "wall_jobs_per_s": round(statistics.median(r["wall_jobs_per_s"] for r in runs)),
         "runs": [r["jobs_per_s"] for r in runs],
+        "cpu_us_per_job": round(statistics.median(cpu), 1) if cpu else None,
     }
 
 
@@ -406,6 +415,10 @@ def _enqueue_rows(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
+def _cpu(us: float | None) -> str:
+    return "" if us is None else f"; the processes' CPU, start-up included: {us:g} µs per job"
+
+
 def _processes(workers: int) -> str:
     return "one worker process" if workers == 1 else f"{workers} worker processes"
 
@@ -418,7 +431,7 @@ def _drain_rows(d: dict[str, Any], workers: int) -> list[tuple[str, str]]:
             f"drain, {who} (CLI defaults), first handler start to last end{_of(d['runs'])}",
             f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} over the"
             f" {'process' if workers == 1 else 'processes'}' wall time, start-up included)"
-            f"{_runs(d['runs'])}",
+            f"{_runs(d['runs'])}{_cpu(d.get('cpu_us_per_job'))}",
         )
     ]
 
@@ -450,7 +463,7 @@ def _pgqueuer_rows(r: dict[str, Any], workers: int) -> list[tuple[str, str]]:
         (
             f"PgQueuer drain, batch 100, {_processes(workers)}, new tables{beside}{_of(runs)}",
             f"{p['drain_batch100']:,} jobs/s ({p['drain_batch100_wall']:,} over its wall"
-            f" time){_runs(runs)}",
+            f" time){_runs(runs)}{_cpu(p.get('drain_batch100_cpu_us_per_job'))}",
         ),
         (
             f"PgQueuer drain, batch 10 (its default), {_processes(workers)}",

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .cpu import children_cpu_s, per_job_us
 
 PREFIX = "conveyor_bench_"
 WORKER = Path(__file__).with_name("pgq_worker.py")
@@ -78,20 +79,26 @@ def one_by_one(url: str, tmp: Path, n: int) -> float:
     return float(_call(url, tmp, "enqueue_one", n)["jobs_per_s"])
 
 
-def drain(url: str, tmp: Path, n: int, batch: int, processes: int = 1) -> dict[str, float]:
+def drain(url: str, tmp: Path, n: int, batch: int, processes: int = 1) -> dict[str, Any]:
     """N jobs enqueued in new tables, then drained by ``processes`` PgQueuer worker
     processes started together: from the first handler start in any of them to the
     last end in any."""
     fresh(url, tmp, n)
+    cpu = children_cpu_s()
     began = time.perf_counter()
     each = _calls(url, tmp, processes, "drain", batch)
     wall = time.perf_counter() - began
+    cpu_us = per_job_us(cpu, children_cpu_s(), n)
     count = sum(int(e["count"]) for e in each)
     if count != n:
         raise RuntimeError(f"the PgQueuer workers ran {count} of {n} jobs")
     ran = [e for e in each if e["first"] is not None]
     span = max(max(float(e["last"]) for e in ran) - min(float(e["first"]) for e in ran), 1e-9)
-    return {"jobs_per_s": round(n / span), "wall_jobs_per_s": round(n / wall)}
+    return {
+        "jobs_per_s": round(n / span),
+        "wall_jobs_per_s": round(n / wall),
+        "cpu_us_per_job": cpu_us,
+    }
 
 
 def uninstall(url: str, tmp: Path) -> None:
@@ -116,7 +123,7 @@ def run(
     tmp: Path,
     say: Callable[[str], None],
     rounds: int = 1,
-    batch100: list[dict[str, float]] | None = None,
+    batch100: list[dict[str, Any]] | None = None,
     processes: int = 1,
 ) -> dict[str, Any]:
     """PgQueuer's bulk enqueue, its drain at batch 100 ``rounds`` times (the median
@@ -141,6 +148,8 @@ def run(
             statistics.median(d["wall_jobs_per_s"] for d in batch100)
         )
         result["drain_batch100_runs"] = [d["jobs_per_s"] for d in batch100]
+        cpu = [d["cpu_us_per_job"] for d in batch100 if d.get("cpu_us_per_job") is not None]
+        result["drain_batch100_cpu_us_per_job"] = round(statistics.median(cpu), 1) if cpu else None
         say(f"pgqueuer: drain of {n:,} no-op jobs, {workers}batch_size=10 (its default)")
         result["drain_batch10"] = drain(url, tmp, n, 10, processes)["jobs_per_s"]
     finally:
