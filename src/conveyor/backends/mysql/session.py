@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pymysql
@@ -28,8 +28,12 @@ from ...connections import GreenletConnection
 from ...errors import ConfigError, DatabaseUnavailable
 from .. import waits
 from ..sql.backend import SqlBackend
+from ..threads import ThreadConnections
 from .dialect import _CHANGE, _HORIZON, Q
 from .notifier import HUB
+
+if TYPE_CHECKING:
+    Connection = pymysql.connections.Connection[Any]
 
 log = logging.getLogger("conveyor.mysql")
 T = TypeVar("T")
@@ -127,9 +131,10 @@ class MySQLSession(SqlBackend):
         self.database = self._kwargs["database"]
         self.hub_key = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
         self.where = f"the MySQL database {self.database}"
-        self._local = threading.local()
-        self._all: list[pymysql.connections.Connection[Any]] = []
-        self._lock = threading.Lock()
+        self._local = threading.local()  # a thread's transaction state (hints, change)
+        #: each thread's connection, and its READ UNCOMMITTED reader (_horizon)
+        self._conns: ThreadConnections[Connection] = ThreadConnections(_reset, _close)
+        self._readers: ThreadConnections[Connection] = ThreadConnections(_reset, _close)
         #: the process the connections are this one's in (see _after_fork)
         self._pid = os.getpid()
         #: deadlocks and lock wait timeouts retried so far (racing workers)
@@ -194,7 +199,7 @@ class MySQLSession(SqlBackend):
         although the server is back (PostgreSQL's pool does the same check)."""
         if self._pid != os.getpid():
             self._after_fork()
-        conn: pymysql.connections.Connection[Any] | None = getattr(self._local, "conn", None)
+        conn = self._conns.mine()  # (one an ended thread left is checked first)
         now = time.monotonic()
         if conn is not None and now - getattr(self._local, "used", now) > CHECK_IDLE_S:
             try:
@@ -203,10 +208,7 @@ class MySQLSession(SqlBackend):
                 self._drop()
                 conn = None
         if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
+            conn = self._conns.add(self._connect())
         self._local.used = now
         return conn
 
@@ -219,22 +221,15 @@ class MySQLSession(SqlBackend):
         which the parent's copies do not notice."""
         self._pid = os.getpid()
         self._local = threading.local()
-        self._all = []
-        self._lock = threading.Lock()  # the parent's may have been held at the fork
+        self._conns.after_fork()
+        self._readers.after_fork()
 
     def _drop(self) -> None:
         """Forget this thread's connection after a connection error: the next call
         connects again."""
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
+        conn = self._conns.discard()
         if conn is not None:
-            with self._lock:
-                if conn in self._all:
-                    self._all.remove(conn)
-            try:
-                conn.close()
-            except Exception:
-                pass
+            _close(conn)
 
     def _fail(self, exc: pymysql.Error) -> Exception:
         if isinstance(exc, pymysql.err.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
@@ -395,11 +390,9 @@ class MySQLSession(SqlBackend):
         final. A dirty read (READ UNCOMMITTED) lists the numbers taken, committed
         or not; a committed read then tells which are committed. A number taken
         after the first read is larger than all it saw, so only those count."""
-        ru: pymysql.connections.Connection[Any] | None = getattr(self._local, "ru", None)
+        ru = self._readers.mine()
         if ru is None:
-            ru = self._local.ru = self._connect()
-            with self._lock:
-                self._all.append(ru)
+            ru = self._readers.add(self._connect())
             with ru.cursor() as cur:
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
         try:
@@ -407,7 +400,9 @@ class MySQLSession(SqlBackend):
                 cur.execute(Q["change_numbers"])
                 taken = [int(r["id"]) for r in cur.fetchall()]
         except pymysql.Error as exc:
-            self._local.ru = None
+            dead = self._readers.discard()
+            if dead is not None:
+                _close(dead)
             raise self._fail(exc) from exc
         if not taken:
             return 1
@@ -434,14 +429,26 @@ class MySQLSession(SqlBackend):
     def close(self) -> None:
         if self._pid != os.getpid():
             self._after_fork()  # a child closes its own connections, not the parent's
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        for conn in self._conns.take_all() + self._readers.take_all():
+            _close(conn)
         self._local = threading.local()
+
+
+def _reset(conn: Connection) -> bool:
+    """Fit for another thread? A transaction its ended thread left open is rolled
+    back (a round trip: a connection the server ended fails here, and is closed)."""
+    try:
+        conn.rollback()
+    except pymysql.Error:
+        return False
+    return True
+
+
+def _close(conn: Connection) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass
 
 
 def _is_mariadb(conn: Any) -> bool:

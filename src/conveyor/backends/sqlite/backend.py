@@ -46,6 +46,7 @@ from ..sql.logic import (
     queue_limits,
     queue_spends,
 )
+from ..threads import ThreadConnections
 
 DIALECT = Dialect(
     name="sqlite",
@@ -125,6 +126,11 @@ def _from_epoch(value: float) -> datetime:
 _NAMES: tuple[Any, tuple[str, ...]] = (None, ())
 
 
+def _close(conn: sqlite3.Connection) -> None:
+    with suppress(sqlite3.Error):
+        conn.close()
+
+
 def _dict_row(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     global _NAMES
     description = cur.description
@@ -155,7 +161,7 @@ class SQLiteNotifier(Notifier):
         idle_after: float = 5.0,
         busy_interval: float = 0.02,
     ) -> None:
-        self._conn = backend._new_connection()
+        self._conn = backend._notifier_connection()
         self._interval = interval
         self._idle_interval = idle_interval
         self._idle_after = idle_after
@@ -231,8 +237,10 @@ class SQLiteBackend(SqlBackend):
             )
         self.synchronous = synchronous.upper()
         self.busy_timeout_s = busy_timeout_s
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        #: each thread's connection
+        self._conns: ThreadConnections[sqlite3.Connection] = ThreadConnections(self._reset, _close)
+        #: the notifiers' (closed with the backend)
+        self._others: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._writer_pid = -1
         #: per keyed queue, how far past its size a claim looks (next_window_factor)
@@ -252,9 +260,24 @@ class SQLiteBackend(SqlBackend):
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
         except sqlite3.Error as exc:
             raise DatabaseUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
-        with self._lock:
-            self._all.append(conn)
         return conn
+
+    def _notifier_connection(self) -> sqlite3.Connection:
+        conn = self._new_connection()
+        with self._lock:
+            self._others.append(conn)
+        return conn
+
+    def _reset(self, conn: sqlite3.Connection) -> bool:
+        """Fit for another thread? A transaction its ended thread left open is rolled
+        back, and the configured synchronous set again (a claim relaxes it)."""
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        except sqlite3.Error:
+            return False
+        return True
 
     def _use_wal(self, conn: sqlite3.Connection) -> None:
         """Put the file in WAL mode, once: the mode is stored in the file.
@@ -281,9 +304,9 @@ class SQLiteBackend(SqlBackend):
             delay = min(delay * 2, 0.2)
 
     def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        conn = self._conns.mine()  # (one an ended thread left, if any)
         if conn is None:
-            conn = self._local.conn = self._new_connection()
+            conn = self._conns.add(self._new_connection())
         return conn
 
     def _busy(self, exc: sqlite3.OperationalError) -> Exception:
@@ -363,9 +386,8 @@ class SQLiteBackend(SqlBackend):
         try:
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
         except sqlite3.Error:
-            self._local.conn = None
-            with suppress(sqlite3.Error):
-                conn.close()
+            self._conns.discard()
+            _close(conn)
             raise
 
     def _writer(self) -> threading.RLock:
@@ -422,13 +444,9 @@ class SQLiteBackend(SqlBackend):
 
     def close(self) -> None:
         with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                pass
-        self._local = threading.local()
+            others, self._others = self._others, []
+        for conn in self._conns.take_all() + others:
+            _close(conn)
 
     def notifier(self, *, events: bool = False) -> Notifier:
         return SQLiteNotifier(self)
