@@ -176,6 +176,9 @@ class Proxy:
             except OSError:
                 _reset(client)
                 continue
+            # No timeout once connected: a statement the database takes more than
+            # 5 s over (a migration's DDL on a loaded machine) is not a cut.
+            upstream.settimeout(None)
             with self._lock:
                 self._socks |= {client, upstream}
             for a, b in ((client, upstream), (upstream, client)):
@@ -209,8 +212,7 @@ class Proxy:
     def hold(self) -> None:
         """Keep every byte from now on, both ways, the connections open: a
         database that stopped answering (its host frozen, the process stopped)
-        without a word to the client, whose TCP stack still acknowledges. (For
-        5 s: then the upstream socket's timeout resets the connection.)"""
+        without a word to the client, whose TCP stack still acknowledges."""
         self._held.set()
 
     def release(self) -> None:
