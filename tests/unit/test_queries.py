@@ -121,6 +121,10 @@ MYSQL_ONLY = {
     "max_change",  # the notifier's poll (no LISTEN)
     "migration_lock",  # GET_LOCK: a session lock (DDL commits implicitly)
     "migration_unlock",
+    "migration_progress_table",  # a migration resumed where a cut left it
+    "migration_progress",
+    "migration_progress_set",
+    "migration_progress_clear",
     "job_add_days",  # the partitions of finished jobs (schema v22): procedures
     "job_drop_days",
     "job_days_result",  # their results, left in session variables

@@ -46,6 +46,7 @@ from ...records import (
 )
 from ..interfaces import Notifier, sent_by
 from ..sql.backend import chunks
+from ..sql.loader import Migration, split_statements
 from ..sql.logic import (
     KeyPair,
     QueueLimits,
@@ -79,6 +80,13 @@ DAYS_EVERY_S = 3600.0
 UPKEEP_WAIT_S = 2
 
 
+#: what a migration statement says when its work is already done: the table (1050),
+#: column (1060), key (1061), row (1062), primary key (1068), trigger (1359),
+#: procedure (1304), partition (1517) or foreign key (1826) is there, what it
+#: drops is gone (1091), or the table it unpartitions is not partitioned (1505)
+ALREADY_DONE = frozenset({1050, 1060, 1061, 1062, 1068, 1091, 1304, 1359, 1505, 1517, 1826})
+
+
 class MySQLBackend(MySQLSession):
     name = "mysql"
     capabilities = frozenset({"skip_locked", "network"})
@@ -102,10 +110,50 @@ class MySQLBackend(MySQLSession):
         with self._conn().cursor() as cur:
             cur.execute(Q["migration_lock"])
         try:
-            return super().migrate()
+            with self._conn().cursor() as cur:
+                cur.execute(Q["migration_progress_table"])
+            applied = super().migrate()
+            with self._conn().cursor() as cur:
+                cur.execute(Q["migration_progress_clear"])
+            return applied
         finally:
             with self._conn().cursor() as cur:
                 cur.execute(Q["migration_unlock"])
+
+    def _apply(self, cur: Any, migration: Migration) -> None:
+        """One migration, resumed where a cut left it. MySQL's DDL commits statement
+        by statement, so a migration cut off midway (the network, the server, a
+        killed process) was left half done, and run again from the top it failed
+        for good ("Duplicate column name 'part'"). Now each statement that leaves
+        no session state behind records how far the migration got (not SET @,
+        PREPARE or EXECUTE: a prepared group runs again whole, in the new session),
+        and a migrator that comes back goes on from there. The statements it runs
+        first may have committed before the cut, their record lost with it: until
+        one of them succeeds, an error saying their work is done (the column, key,
+        table, trigger, procedure, partition or row already there) is not one."""
+        rows = self._q(cur, "migration_progress", {"version": migration.version})
+        done = int(rows[0]["done"]) if rows else 0
+        resuming = True
+        for i, stmt in enumerate(split_statements(migration.sql)):
+            if i < done:
+                continue
+            try:
+                cur.execute(stmt)
+            except pymysql.MySQLError as exc:
+                if not (resuming and _code(exc) in ALREADY_DONE):
+                    raise
+                log.warning(
+                    "migration %d (%s), statement %d: already done before a cut (%s); going on",
+                    migration.version,
+                    migration.name,
+                    i + 1,
+                    exc,
+                )
+            if not stmt.lstrip().upper().startswith(("SET @", "PREPARE", "EXECUTE")):
+                resuming = False
+                self._q(
+                    cur, "migration_progress_set", {"version": migration.version, "done": i + 1}
+                )
 
     def notifier(self, *, events: bool = False) -> Notifier:
         return MySQLNotifier(self._connect, self.hub_key, fast=self.poll_s)

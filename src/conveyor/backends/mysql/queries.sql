@@ -295,6 +295,26 @@ SELECT GET_LOCK(CONCAT(DATABASE(), '.conveyor_migrate'), 300) AS got
 -- name: migration_unlock
 SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.conveyor_migrate')) AS released
 
+-- name: migration_progress_table
+-- How far a migration got, statement by statement (MySQL's DDL commits at once,
+-- so a migration cut off midway is left half done): the next migrator goes on
+-- from there. A migration's row goes once its version is recorded.
+CREATE TABLE IF NOT EXISTS conveyor_migration_progress (
+    version integer NOT NULL PRIMARY KEY,
+    done    integer NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+
+-- name: migration_progress
+SELECT done FROM conveyor_migration_progress WHERE version = :version
+
+-- name: migration_progress_set
+INSERT INTO conveyor_migration_progress (version, done) VALUES (:version, :done)
+ON DUPLICATE KEY UPDATE done = VALUES(done)
+
+-- name: migration_progress_clear
+DELETE FROM conveyor_migration_progress
+WHERE version <= (SELECT coalesce(max(version), 0) FROM conveyor_schema_version)
+
 -- name: queue_list
 -- No FULL JOIN in MySQL (and a derived table cannot see the outer query): every
 -- queue with counts or settings, then both sides joined to it.
