@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
-from conveyor.backends.postgres.backend import CLAIM_LIMITED_FUNCTION
+from conveyor.backends.postgres.backend import CLAIM_LIMITED_FUNCTION, QUEUE_LIMITED_CLAIM
 
 from ..conftest import only_on, pg_schema_url
 from .helpers import fetch, ins, keyed_claim_params
@@ -212,6 +212,43 @@ def test_a_claim_counts_the_claims_committed_while_it_waited_for_the_queue_lock(
     thread.join(10)
     assert got == [[]]
     assert len([j for j in fetch(pg, 10, queues=("qa",), worker="w3")]) == 0
+
+
+@only_on("postgres")
+def test_a_claim_under_a_queue_limit_alone_counts_and_skips_what_the_lock_holder_took(pg):
+    """Under a queue limit alone the claim is one statement (job_claim sized by
+    queue_room_function), whose own snapshot is taken before it waits for the
+    queue's lock: the room is counted after the wait all the same, and the jobs the
+    holder took, still waiting in that snapshot, are locked in their newest
+    version and left out. 3 of 4 jobs may run; the holder took 2, so the waiter
+    takes 1, a job the holder did not take."""
+    pg.queue_set_limit(name="qa", max_running=3)
+    pg.job_insert_many(jobs=[ins(queue="qa") for _ in range(4)])
+    params = {**_params(pg, "qa"), "queues": ["qa"], "max_running": 3, "limit": 2}
+    with pg.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        cur.execute(CLAIM_LIMITED_FUNCTION)
+        held = [r["id"] for r in cur.execute(QUEUE_LIMITED_CLAIM, params).fetchall()]
+        assert len(held) == 2
+        thread, got = _claim_in_thread(pg, "qa")
+        with pg.pool.connection() as other:  # the thread's claim waits for the lock
+            for _ in range(500):
+                [row] = other.execute(
+                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND classid = 72628374 AND NOT granted"
+                ).fetchall()
+                if row["n"]:
+                    break
+                time.sleep(0.01)
+            assert row["n"] == 1
+    thread.join(10)
+    [taken] = got
+    assert len(taken) == 1 and taken[0].id not in held
+    assert fetch(pg, 10, queues=("qa",), worker="w3") == []
+    with pg.pool.connection() as conn:
+        [row] = conn.execute(
+            "SELECT count(*) AS n FROM conveyor_jobs WHERE queue = 'qa' AND state = 'running'"
+        ).fetchall()
+    assert row["n"] == 3
 
 
 @only_on("postgres")

@@ -38,6 +38,7 @@ PG_ONLY = {
     "job_claim_keyed",  # job_claim_limited where keys alone limit: arrays, one ranking
     "job_claim_limited_function",  # those statements, run by the server in one call
     "job_claim_limited_call",
+    "queue_room_function",  # the room under a queue limit alone, job_claim sized by it
     "notify",
     "notify_events",
     "tables_to_tidy",  # VACUUM, ANALYZE: SQLite reuses freed pages, InnoDB purges

@@ -24,4 +24,5 @@ def test_hot_statements_fit_psycopgs_conversion_cache() -> None:
     sizes = {name: len(pg.Q[name].encode()) for name in HOT if name in pg.Q}
     assert set(sizes) >= {"job_insert_many", "job_finalize_many"}, sizes
     assert len(pg.KEYLESS_INSERT.encode()) <= limit
+    assert len(pg.QUEUE_LIMITED_CLAIM.encode()) <= limit
     assert all(size <= limit for size in sizes.values()), (limit, sizes)

@@ -51,6 +51,7 @@ from .dialect import (
     EVENTS,
     KEYLESS_INSERT,
     MIGRATIONS,
+    QUEUE_LIMITED_CLAIM,
     Q,
     plpgsql,
 )
@@ -73,6 +74,7 @@ __all__ = [  # also read from here (tests, benchmarks): the dialect's and the se
     "EVENTS",
     "KEYLESS_INSERT",
     "MIGRATIONS",
+    "QUEUE_LIMITED_CLAIM",
     "PostgresBackend",
     "PostgresNotifier",
     "PostgresPollingNotifier",
@@ -624,6 +626,7 @@ class PostgresBackend(PostgresSession):
                 {
                     **params,
                     **limited_params(queue, lim, asked, factor),
+                    "queues": [queue],  # job_claim's, under a queue limit alone
                     "identity": [worker_id, *tags],
                     "limit": asked,
                     # A queue limited by its jobs' keys alone takes no queue lock:
@@ -666,16 +669,19 @@ class PostgresBackend(PostgresSession):
         return self._jobs([(res.fname(i) or b"").decode() for i in range(res.nfields)], rows)
 
     def _claim_limited(self, params: dict[str, Any]) -> list[JobRecord]:
-        """One limited claim, one statement (job_claim_limited_function). The
-        session's function is made on its first limited claim. (Statement by
-        statement in a transaction, the claim took five round trips; in pipeline
-        mode two, but psycopg waited on the socket 13 times per claim instead of 6,
-        and inside a worker, where the claim thread takes the GIL back after every
-        wait, drains were slower: per key 0.66x -> 0.71x of unlimited.)"""
+        """One limited claim, one statement (job_claim_limited_function; under a
+        queue limit alone, job_claim sized by queue_room_function). The session's
+        functions are made on its first limited claim. (Statement by statement in
+        a transaction, the claim took five round trips; in pipeline mode two, but
+        psycopg waited on the socket 13 times per claim instead of 6, and inside a
+        worker, where the claim thread takes the GIL back after every wait, drains
+        were slower: per key 0.66x -> 0.71x of unlimited.)"""
         if self._temp_functions:
             with _translated(self.url, self.pool), self.pool.connection() as c:
                 if c in self._claim_functions or self._make_claim_function(c):
-                    call = Q["job_claim_limited_call"]
+                    call = (
+                        QUEUE_LIMITED_CLAIM if params["queue_only"] else Q["job_claim_limited_call"]
+                    )
                     with c.cursor(row_factory=tuple_row) as cur:
                         try:
                             cur.execute(call, self._params(params))

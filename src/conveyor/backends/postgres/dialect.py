@@ -65,7 +65,10 @@ def plpgsql(template: str, queries: dict[str, str]) -> str:
     return made
 
 
-CLAIM_LIMITED_FUNCTION = plpgsql(Q["job_claim_limited_function"], Q)
+#: the session's functions for limited claims, made on a connection's first one
+CLAIM_LIMITED_FUNCTION = (
+    plpgsql(Q["job_claim_limited_function"], Q) + ";\n" + plpgsql(Q["queue_room_function"], Q)
+)
 MIGRATIONS = load_migrations(__package__ or "conveyor.backends.postgres")
 #: work hints: queue names, "@flow", "@cancel"
 CHANNEL = "conveyor_jobs"
@@ -88,3 +91,21 @@ def _keyless(sql: str) -> str:
 
 
 KEYLESS_INSERT = _keyless(Q["job_insert_many"])
+
+
+def _queue_limited(sql: str) -> str:
+    """job_claim in one queue under a queue limit alone: sized by the room its
+    function leaves (queue_room_function), evaluated once, before any job is
+    locked (a materialized CTE, read by the LIMITs' initplans)."""
+    head = "WITH t AS ("
+    if not sql.startswith(head) or sql.count("LIMIT %(limit)s") != 2:
+        raise RuntimeError("job_claim lost its head or its two LIMITs")
+    room = (
+        "WITH room AS MATERIALIZED (SELECT pg_temp.conveyor_queue_room("
+        "%(queue)s::text, %(max_running)s::bigint, %(limit)s::bigint) AS n), t AS ("
+    )
+    return room + sql[len(head) :].replace("LIMIT %(limit)s", "LIMIT (SELECT n FROM room)")
+
+
+#: job_claim_queue_limited (see queue_room_function)
+QUEUE_LIMITED_CLAIM = _queue_limited(Q["job_claim"])
