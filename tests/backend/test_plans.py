@@ -258,3 +258,36 @@ def test_a_limited_claims_transaction_counts_running_jobs_without_bitmap_scans(b
             assert "Bitmap" not in plan, plan
         assert pg_setting(conn, "enable_bitmapscan") == "on"
     assert len(fetch(backend, 100, worker="w1")) == 100  # the limited claim still claims
+
+
+def _mysql_plan(backend: Any, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    with backend._tx() as cur:
+        cur.execute("EXPLAIN PARTITIONS " + backend.Q[name], params)
+        return [dict(r) for r in cur.fetchall()]
+
+
+@only_on("mysql")  # no partial indexes: a virtual column and the partitions (schema v25)
+def test_mysql_maintenance_reads_the_time_index_in_the_partitions_it_needs(backend, db_url):
+    """Promotion and retention read the time index (due time while scheduled, finish
+    time once finished) of only the partitions that can hold their jobs: a claim
+    never writes that index, and retention never reads another state's jobs."""
+    backend.job_insert_many(jobs=[ins(args=[i]) for i in range(50)])
+    backend.job_insert_many(jobs=[ins(args=[i], delay_s=60) for i in range(50)])
+    ran = fetch(backend, 40)
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(j) for j in ran[:30]])
+    backend.job_finalize_many(worker_id="w1", outcomes=[done(j, "failed") for j in ran[30:]])
+    now = {"now": None}
+    due = _mysql_plan(backend, "job_schedule_pick", {**now, "limit": 100})
+    assert [(r["key"], r["partitions"]) for r in due] == [("conveyor_jobs_time_idx", "live")], due
+    for state in ("succeeded", "failed", "cancelled"):
+        params = {**now, "state": state, "older_than_s": 0.0, "limit": 100}
+        for name in ("job_prune_ids", "job_prune_count"):
+            jobs = [r for r in _mysql_plan(backend, name, params) if r["table"] == "j"]
+            assert len(jobs) == 1, jobs
+            parts = str(jobs[0]["partitions"]).split(",")
+            assert parts and all(p.startswith(f"{state}_") for p in parts), jobs
+    # a batch's live jobs: its entries in the live partition's batch index
+    ready = [r for r in _mysql_plan(backend, "batch_ready", {"limit": 10}) if r["table"] == "j"]
+    assert [(r["key"], r["partitions"]) for r in ready] == [("conveyor_jobs_batch_idx", "live")], (
+        ready
+    )

@@ -149,6 +149,10 @@ MYSQL_OVERRIDES = {
     "step_insert": "INSERT IGNORE",
     "event_insert": "INSERT IGNORE",
     "event_prune": "DELETE ... LIMIT (no LIMIT in an IN subquery)",
+    "job_prune_count": "by the time index (schema v25), in the state's partitions",
+    "batch_ready": "the batch index has no state (v25): the live partition",
+    "batch_first_finished": "the batch index has no state (v25): the finished partitions",
+    "batch_cancel_jobs": "the batch index has no state (v25): the live partition",
 }
 # EACH_OWN queries MySQL does not need: its backend does them with the above.
 MYSQL_NOT_NEEDED = {

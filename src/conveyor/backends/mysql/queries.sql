@@ -266,9 +266,11 @@ SELECT id, state, attempt, stage, queue, error,
 FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 
 -- name: job_schedule_pick
+-- By the time index (schema v25): due_or_finished_at is scheduled_at while the
+-- job is scheduled, and NULL (never in the range) while it waits or runs.
 SELECT id, queue FROM conveyor_jobs
-WHERE state = 'scheduled' AND scheduled_at <= {NOW} AND part = 0
-ORDER BY scheduled_at
+WHERE due_or_finished_at <= {NOW} AND state = 'scheduled' AND part = 0
+ORDER BY due_or_finished_at
 LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
@@ -346,7 +348,8 @@ FROM (SELECT DISTINCT queue FROM conveyor_counts
 LEFT JOIN (SELECT queue, min(scheduled_at) AS s FROM conveyor_jobs
            WHERE state = 'available' AND part = 0 GROUP BY queue) a ON a.queue = q.queue
 LEFT JOIN (SELECT queue, min(scheduled_at) AS s FROM conveyor_jobs
-           WHERE state = 'scheduled' AND scheduled_at <= {NOW} AND part = 0 GROUP BY queue) d
+           WHERE due_or_finished_at <= {NOW} AND state = 'scheduled' AND part = 0  -- (v25)
+           GROUP BY queue) d
        ON d.queue = q.queue
 
 -- name: job_age_pick
@@ -375,13 +378,51 @@ FOR UPDATE SKIP LOCKED
 UPDATE conveyor_jobs SET base_priority = :base, priority = :target WHERE id = :id AND part = 0
 
 -- name: job_prune_ids
+-- By the time index (schema v25; due_or_finished_at is finished_at once the job
+-- is finished), in the state's own partitions only (its range of part, see
+-- migration 22): the index has no state, and the other states' rows in it would
+-- each be read to be thrown away.
 SELECT j.id FROM conveyor_jobs j
-WHERE j.state = :state AND j.finished_at < {NOW_MINUS(:older_than_s)}
+WHERE j.due_or_finished_at < {NOW_MINUS(:older_than_s)}
+  AND j.state = :state AND j.finished_at < {NOW_MINUS(:older_than_s)}
+  AND j.part >= FIELD(:state, 'succeeded', 'failed', 'cancelled') * 1000000
+  AND j.part < (FIELD(:state, 'succeeded', 'failed', 'cancelled') + 1) * 1000000
   AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
   AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
-ORDER BY j.finished_at, j.id
+ORDER BY j.due_or_finished_at, j.id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED
+
+-- name: job_prune_count
+SELECT count(*) AS n FROM conveyor_jobs j
+WHERE j.due_or_finished_at < {NOW_MINUS(:older_than_s)}
+  AND j.state = :state AND j.finished_at < {NOW_MINUS(:older_than_s)}
+  AND j.part >= FIELD(:state, 'succeeded', 'failed', 'cancelled') * 1000000
+  AND j.part < (FIELD(:state, 'succeeded', 'failed', 'cancelled') + 1) * 1000000
+  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+
+-- Jobs of a batch (schema v25): the batch index is on batch_id alone, and the
+-- partitions tell the live jobs (part = 0) from the finished ones.
+
+-- name: batch_ready
+SELECT b.id FROM conveyor_batches b
+WHERE b.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM conveyor_jobs j
+                  WHERE j.batch_id = b.id AND j.part = 0
+                    AND j.state IN ('scheduled', 'available', 'running'))
+ORDER BY b.id
+LIMIT :limit
+
+-- name: batch_first_finished
+SELECT min(finished_at) AS at FROM conveyor_jobs
+WHERE batch_id = :id AND part > 0 AND state IN ('succeeded', 'failed', 'cancelled')
+
+-- name: batch_cancel_jobs
+UPDATE conveyor_jobs
+SET state = 'cancelled', finished_at = {NOW}, error = 'cancelled with its batch',
+    changed = {CHANGE}
+WHERE batch_id = :id AND part = 0 AND state IN ('scheduled', 'available')
 
 -- name: queue_mark_keyed
 INSERT INTO conveyor_queues (name, keyed, updated_at) VALUES (:queue, TRUE, {NOW})
