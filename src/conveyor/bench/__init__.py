@@ -426,11 +426,12 @@ def _processes(workers: int) -> str:
 def _drain_rows(d: dict[str, Any], workers: int) -> list[tuple[str, str]]:
     command = "`conveyor worker --queues conveyor_bench --burst`"
     who = f"one {command} process" if workers == 1 else f"{workers} {command} processes"
+    whose = "process's" if workers == 1 else "processes'"
     return [
         (
             f"drain, {who} (CLI defaults), first handler start to last end{_of(d['runs'])}",
             f"{d['jobs_per_s']:,} jobs/s ({d['wall_jobs_per_s']:,} over the"
-            f" {'process' if workers == 1 else 'processes'}' wall time, start-up included)"
+            f" {whose} wall time, start-up included)"
             f"{_runs(d['runs'])}{_cpu(d.get('cpu_us_per_job'))}",
         )
     ]
