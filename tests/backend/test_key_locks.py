@@ -199,19 +199,24 @@ def test_a_claim_counts_the_claims_committed_while_it_waited_for_the_queue_lock(
     with _claim_in_flight(pg, "qa", queue_lock=True, max_running=2) as held:
         assert len(held) == 2
         thread, got = _claim_in_thread(pg, "qa")
-        with pg.pool.connection() as conn:  # the thread's claim waits for the lock
-            for _ in range(500):
-                [row] = conn.execute(
-                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
-                    " AND classid = 72628374 AND NOT granted"
-                ).fetchall()
-                if row["n"]:
-                    break
-                time.sleep(0.01)
-            assert row["n"] == 1
+        _wait_for_a_queue_lock_waiter(pg)  # the thread's claim waits for the lock
     thread.join(10)
     assert got == [[]]
     assert len([j for j in fetch(pg, 10, queues=("qa",), worker="w3")]) == 0
+
+
+def _wait_for_a_queue_lock_waiter(pg) -> None:
+    """Until one claim waits for a queue's lock (limits_lock)."""
+    with pg.pool.connection() as conn:
+        for _ in range(500):
+            [row] = conn.execute(
+                "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
+                " AND classid = 72628374 AND NOT granted"
+            ).fetchall()
+            if row["n"]:
+                break
+            time.sleep(0.01)
+        assert row["n"] == 1
 
 
 @only_on("postgres")
@@ -230,16 +235,7 @@ def test_a_claim_under_a_queue_limit_alone_counts_and_skips_what_the_lock_holder
         held = [r["id"] for r in cur.execute(QUEUE_LIMITED_CLAIM, params).fetchall()]
         assert len(held) == 2
         thread, got = _claim_in_thread(pg, "qa")
-        with pg.pool.connection() as other:  # the thread's claim waits for the lock
-            for _ in range(500):
-                [row] = other.execute(
-                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'"
-                    " AND classid = 72628374 AND NOT granted"
-                ).fetchall()
-                if row["n"]:
-                    break
-                time.sleep(0.01)
-            assert row["n"] == 1
+        _wait_for_a_queue_lock_waiter(pg)  # the thread's claim waits for the lock
     thread.join(10)
     [taken] = got
     assert len(taken) == 1 and taken[0].id not in held

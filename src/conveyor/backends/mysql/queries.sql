@@ -377,30 +377,29 @@ FOR UPDATE SKIP LOCKED
 -- name: job_age_one
 UPDATE conveyor_jobs SET base_priority = :base, priority = :target WHERE id = :id AND part = 0
 
+-- fragment: prune_where
+-- The finished jobs retention may delete (job_prune_ids, job_prune_count).
+WHERE j.due_or_finished_at < {NOW_MINUS(:older_than_s)}
+  AND j.state = :state AND j.finished_at < {NOW_MINUS(:older_than_s)}
+  AND j.part >= FIELD(:state, 'succeeded', 'failed', 'cancelled') * 1000000
+  AND j.part < (FIELD(:state, 'succeeded', 'failed', 'cancelled') + 1) * 1000000
+  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+
 -- name: job_prune_ids
 -- By the time index (schema v25; due_or_finished_at is finished_at once the job
 -- is finished), in the state's own partitions only (its range of part, see
 -- migration 22): the index has no state, and the other states' rows in it would
 -- each be read to be thrown away.
 SELECT j.id FROM conveyor_jobs j
-WHERE j.due_or_finished_at < {NOW_MINUS(:older_than_s)}
-  AND j.state = :state AND j.finished_at < {NOW_MINUS(:older_than_s)}
-  AND j.part >= FIELD(:state, 'succeeded', 'failed', 'cancelled') * 1000000
-  AND j.part < (FIELD(:state, 'succeeded', 'failed', 'cancelled') + 1) * 1000000
-  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+{FRAGMENT(prune_where)}
 ORDER BY j.due_or_finished_at, j.id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
 -- name: job_prune_count
 SELECT count(*) AS n FROM conveyor_jobs j
-WHERE j.due_or_finished_at < {NOW_MINUS(:older_than_s)}
-  AND j.state = :state AND j.finished_at < {NOW_MINUS(:older_than_s)}
-  AND j.part >= FIELD(:state, 'succeeded', 'failed', 'cancelled') * 1000000
-  AND j.part < (FIELD(:state, 'succeeded', 'failed', 'cancelled') + 1) * 1000000
-  AND NOT (j.chain IS NOT NULL AND j.chain_next IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM conveyor_batches b WHERE b.id = j.batch_id AND b.state = 'running')
+{FRAGMENT(prune_where)}
 
 -- Jobs of a batch (schema v25): the batch index is on batch_id alone, and the
 -- partitions tell the live jobs (part = 0) from the finished ones.
