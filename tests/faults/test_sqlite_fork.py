@@ -3,6 +3,7 @@ child forked while a parent's thread holds that turn must not inherit it held.""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -55,4 +56,48 @@ def test_a_forked_child_writes_while_the_parent_holds_its_turn(tmp_path):
         holder.join()
     assert os.waitstatus_to_exitcode(status) == 0
     assert parent.count_jobs() == {"running": 1}  # the child's claim is there
+    parent.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="needs fork")
+def test_a_forked_child_opens_sqlite_connections_of_its_own(tmp_path):
+    """A process that used the app, then forked (a pre-forking web server): the
+    child's threads must not use the parent's connections, neither the forking
+    thread's nor one a parent's thread left (in the child every other thread of
+    the parent looks ended, and an ended thread's connection passes on)."""
+    parent = Conveyor(f"sqlite:///{tmp_path / 'fork.db'}")
+    parent.enqueue("t", args=[0], queue="default")
+    theirs = {id(parent.backend._conn())}
+    other = threading.Thread(target=lambda: theirs.add(id(parent.backend._conn())))
+    other.start()
+    other.join()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, never return into pytest
+        code = 1
+        try:
+            used = [id(parent.backend._conn())]
+            parent.enqueue("t", args=[1], queue="default")
+
+            def send() -> None:
+                used.append(id(parent.backend._conn()))
+                parent.enqueue("t", args=[2], queue="default")
+
+            thread = threading.Thread(target=send)
+            thread.start()
+            thread.join()
+            parent.close()  # closes the child's own, not the parent's
+            os.write(write, json.dumps(used).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        got = pipe.read()
+    assert os.waitstatus_to_exitcode(status) == 0
+    used = json.loads(got)
+    assert len(used) == 2 and not set(used) & theirs, (used, theirs)
+    assert parent.count_jobs() == {"available": 3}  # the child's two jobs are there
+    parent.enqueue("t", args=[3], queue="default")  # and the parent's connections still work
     parent.close()

@@ -83,9 +83,13 @@ class ThreadConnections(Generic[C]):
         self._local = threading.local()
         return conns
 
-    def after_fork(self) -> None:
-        """In a forked child: the parent's connections are forgotten, not closed."""
+    def after_fork(self) -> list[C]:
+        """In a forked child: the parent's connections, forgotten (not closed).
+        Without the lock, which a parent's thread may have held at the fork: the
+        child has one thread."""
+        left = [c for c, _t in self._held.values()]
         self._forget()
+        return left
 
     def __len__(self) -> int:
         return len(self._held)

@@ -242,6 +242,10 @@ class SQLiteBackend(SqlBackend):
         #: the notifiers' (closed with the backend)
         self._others: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        #: the process the connections are this one's in (see _after_fork)
+        self._pid = os.getpid()
+        #: a forked child's: its parent's connections, kept, never used or closed
+        self._inherited: list[sqlite3.Connection] = []
         self._writer_pid = -1
         #: per keyed queue, how far past its size a claim looks (next_window_factor)
         self._windows = WindowSizes()
@@ -304,10 +308,24 @@ class SQLiteBackend(SqlBackend):
             delay = min(delay * 2, 0.2)
 
     def _conn(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():
+            self._after_fork()
         conn = self._conns.mine()  # (one an ended thread left, if any)
         if conn is None:
             conn = self._conns.add(self._new_connection())
         return conn
+
+    def _after_fork(self) -> None:
+        """In a child forked from the process that opened the connections: open new
+        ones. SQLite's connections must not cross a fork (the child would share
+        the parent's file locks and WAL state). The parent's are kept unused and
+        unclosed (a close could write to the file the parent is using): in the
+        child, the parent's other threads look ended, and their connections would
+        otherwise pass to the child's threads."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # the parent's may have been held at the fork
+        self._inherited += self._conns.after_fork() + self._others
+        self._others = []
 
     def _busy(self, exc: sqlite3.OperationalError) -> Exception:
         """'database is locked' after the busy timeout says nothing of why."""
@@ -443,6 +461,8 @@ class SQLiteBackend(SqlBackend):
         pass  # BEGIN IMMEDIATE: a second migrator waits for the write lock
 
     def close(self) -> None:
+        if self._pid != os.getpid():
+            self._after_fork()  # a child closes its own connections, not the parent's
         with self._lock:
             others, self._others = self._others, []
         for conn in self._conns.take_all() + others:
