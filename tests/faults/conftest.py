@@ -5,6 +5,7 @@ test cuts. No fakes: real servers, real sockets, real worker processes."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -13,8 +14,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -275,3 +278,25 @@ def wait_until(predicate, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def in_a_forked_child(child: Callable[[], Any]) -> tuple[int, Any]:
+    """Forks; the child runs ``child`` and sends back what it returned (as JSON)
+    and never returns into pytest. The child's exit code, and what it sent (None
+    if it failed first)."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (3.12+: threads at fork)
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.write(write, json.dumps(child()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        got = pipe.read()
+    return os.waitstatus_to_exitcode(status), json.loads(got) if got else None

@@ -6,14 +6,15 @@ a child closing them would end the parent's sessions."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import warnings
+from typing import Any
 
 import pytest
 
 from conveyor import Conveyor
+
+from .conftest import in_a_forked_child
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "fork") or sys.platform == "darwin", reason="needs fork"
@@ -40,26 +41,15 @@ def test_a_forked_child_uses_connections_of_its_own_and_leaves_the_parents_open(
     parent.migrate()
     task.send(0)
     before = _session(parent)
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # (3.12+: threads at fork)
-        pid = os.fork()
-    if pid == 0:  # the child: report, never return into pytest
-        code = 1
-        try:
-            job = task.send(1)
-            report = {"job": job.id, "session": _session(parent)}
-            parent.close()  # closes the child's connections, not the parent's
-            os.write(write, json.dumps(report).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    _, status = os.waitpid(pid, 0)
-    with os.fdopen(read) as pipe:
-        got = pipe.read()
-    assert os.waitstatus_to_exitcode(status) == 0 and got, "the child failed to send"
-    report = json.loads(got)
+
+    def child() -> dict[str, Any]:
+        job = task.send(1)
+        report = {"job": job.id, "session": _session(parent)}
+        parent.close()  # closes the child's connections, not the parent's
+        return report
+
+    code, report = in_a_forked_child(child)
+    assert code == 0 and report, "the child failed to send"
     assert parent.get_job(report["job"]).args == [1]
     if before is not None:
         assert report["session"] != before  # the child had a session of its own

@@ -3,7 +3,6 @@ child forked while a parent's thread holds that turn must not inherit it held.""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -12,6 +11,8 @@ import time
 import pytest
 
 from conveyor import Conveyor
+
+from .conftest import in_a_forked_child
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="needs fork")
@@ -71,32 +72,23 @@ def test_a_forked_child_opens_sqlite_connections_of_its_own(tmp_path):
     other = threading.Thread(target=lambda: theirs.add(id(parent.backend._conn())))
     other.start()
     other.join()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report, never return into pytest
-        code = 1
-        try:
-            used = [id(parent.backend._conn())]
-            parent.enqueue("t", args=[1], queue="default")
 
-            def send() -> None:
-                used.append(id(parent.backend._conn()))
-                parent.enqueue("t", args=[2], queue="default")
+    def child() -> list[int]:
+        used = [id(parent.backend._conn())]
+        parent.enqueue("t", args=[1], queue="default")
 
-            thread = threading.Thread(target=send)
-            thread.start()
-            thread.join()
-            parent.close()  # closes the child's own, not the parent's
-            os.write(write, json.dumps(used).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    _, status = os.waitpid(pid, 0)
-    with os.fdopen(read) as pipe:
-        got = pipe.read()
-    assert os.waitstatus_to_exitcode(status) == 0
-    used = json.loads(got)
+        def send() -> None:
+            used.append(id(parent.backend._conn()))
+            parent.enqueue("t", args=[2], queue="default")
+
+        thread = threading.Thread(target=send)
+        thread.start()
+        thread.join()
+        parent.close()  # closes the child's own, not the parent's
+        return used
+
+    code, used = in_a_forked_child(child)
+    assert code == 0
     assert len(used) == 2 and not set(used) & theirs, (used, theirs)
     assert parent.count_jobs() == {"available": 3}  # the child's two jobs are there
     parent.enqueue("t", args=[3], queue="default")  # and the parent's connections still work

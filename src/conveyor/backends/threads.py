@@ -23,6 +23,7 @@ class ThreadConnections(Generic[C]):
     def __init__(self, reset: Callable[[C], bool], close: Callable[[C], None]) -> None:
         #: makes a dead thread's connection fit for another; False: it is not
         self._reset = reset
+        #: closes a connection, quietly
         self._close = close
         self._forget()
 
@@ -66,22 +67,23 @@ class ThreadConnections(Generic[C]):
         self._local.conn = conn
         return conn
 
-    def discard(self) -> C | None:
-        """This thread's connection, no longer held (the caller closes it)."""
+    def discard(self) -> None:
+        """This thread's connection, closed (after an error on it)."""
         conn: C | None = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
             with self._lock:
                 self._held.pop(id(conn), None)
-        return conn
+            self._close(conn)
 
-    def take_all(self) -> list[C]:
-        """Every connection held, no longer held (the caller closes them)."""
+    def close_all(self) -> None:
+        """Every connection held, closed."""
         with self._lock:
             conns = [c for c, _t in self._held.values()]
             self._held = {}
         self._local = threading.local()
-        return conns
+        for conn in conns:
+            self._close(conn)
 
     def after_fork(self) -> list[C]:
         """In a forked child: the parent's connections, forgotten (not closed).

@@ -231,9 +231,6 @@ class Bench:
             out["one_round_ratios"] = [round(a / b, 2) for a, b in zip(ours, theirs, strict=True)]
         return out
 
-    def _processes(self, what: str) -> str:
-        return f"one {what}" if self.workers == 1 else f"{self.workers} {what} processes"
-
     def _round(self, r: int) -> str:
         return f" ({r + 1}/{self.rounds})" if self.pgqueuer and self.rounds > 1 else ""
 
@@ -248,13 +245,14 @@ class Bench:
                 if mine:
                     self.say(
                         f"drain: {self.jobs:,} no-op jobs,"
-                        f" {self._processes('`conveyor worker --burst`')}"
+                        f" {_processes(self.workers, '`conveyor worker --burst`')}"
                         f" (CLI defaults) ({r + 1}/{self.rounds})"
                     )
                     runs.append(self.drain())
                 elif self.pgqueuer:
                     self.say(
-                        f"drain: {self.jobs:,} no-op jobs, {self._processes('PgQueuer worker')},"
+                        f"drain: {self.jobs:,} no-op jobs,"
+                        f" {_processes(self.workers, 'PgQueuer worker')},"
                         f" batch_size=100 ({r + 1}/{self.rounds})"
                     )
                     theirs.append(pgq.drain(self.url, self._tmp, self.jobs, 100, self.workers))
@@ -419,13 +417,12 @@ def _cpu(us: float | None) -> str:
     return "" if us is None else f"; the processes' CPU, start-up included: {us:g} µs per job"
 
 
-def _processes(workers: int) -> str:
-    return "one worker process" if workers == 1 else f"{workers} worker processes"
+def _processes(workers: int, what: str = "worker") -> str:
+    return f"one {what} process" if workers == 1 else f"{workers} {what} processes"
 
 
 def _drain_rows(d: dict[str, Any], workers: int) -> list[tuple[str, str]]:
-    command = "`conveyor worker --queues conveyor_bench --burst`"
-    who = f"one {command} process" if workers == 1 else f"{workers} {command} processes"
+    who = _processes(workers, "`conveyor worker --queues conveyor_bench --burst`")
     whose = "process's" if workers == 1 else "processes'"
     return [
         (

@@ -227,9 +227,7 @@ class MySQLSession(SqlBackend):
     def _drop(self) -> None:
         """Forget this thread's connection after a connection error: the next call
         connects again."""
-        conn = self._conns.discard()
-        if conn is not None:
-            _close(conn)
+        self._conns.discard()
 
     def _fail(self, exc: pymysql.Error) -> Exception:
         if isinstance(exc, pymysql.err.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
@@ -400,9 +398,7 @@ class MySQLSession(SqlBackend):
                 cur.execute(Q["change_numbers"])
                 taken = [int(r["id"]) for r in cur.fetchall()]
         except pymysql.Error as exc:
-            dead = self._readers.discard()
-            if dead is not None:
-                _close(dead)
+            self._readers.discard()
             raise self._fail(exc) from exc
         if not taken:
             return 1
@@ -429,8 +425,8 @@ class MySQLSession(SqlBackend):
     def close(self) -> None:
         if self._pid != os.getpid():
             self._after_fork()  # a child closes its own connections, not the parent's
-        for conn in self._conns.take_all() + self._readers.take_all():
-            _close(conn)
+        self._conns.close_all()
+        self._readers.close_all()
         self._local = threading.local()
 
 

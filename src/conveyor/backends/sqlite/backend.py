@@ -404,8 +404,7 @@ class SQLiteBackend(SqlBackend):
         try:
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
         except sqlite3.Error:
-            self._conns.discard()
-            _close(conn)
+            self._conns.discard()  # (conn, this thread's)
             raise
 
     def _writer(self) -> threading.RLock:
@@ -463,9 +462,10 @@ class SQLiteBackend(SqlBackend):
     def close(self) -> None:
         if self._pid != os.getpid():
             self._after_fork()  # a child closes its own connections, not the parent's
+        self._conns.close_all()
         with self._lock:
             others, self._others = self._others, []
-        for conn in self._conns.take_all() + others:
+        for conn in others:
             _close(conn)
 
     def notifier(self, *, events: bool = False) -> Notifier:
