@@ -291,3 +291,27 @@ def test_mysql_maintenance_reads_the_time_index_in_the_partitions_it_needs(backe
     assert [(r["key"], r["partitions"]) for r in ready] == [("conveyor_jobs_batch_idx", "live")], (
         ready
     )
+
+
+@only_on("mysql")  # InnoDB locks the rows a locking read examines; PostgreSQL those it returns
+def test_mysql_claims_read_only_their_own_queue(backend, db_url):
+    """A claim walks its own queue's entries of the fetch index. InnoDB locks each
+    row a locking read examines, if only until the row is found not to match, and
+    a concurrent claim's SKIP LOCKED passes over such a row: on a small table the
+    optimizer read every job through the spread index instead, so a claim on one
+    queue (the server's internal worker, woken by the same insert) made a claim
+    on another come back empty while its job waited."""
+    backend.job_insert_many(jobs=[ins(queue="default", args=[1])])
+    base = {
+        "now": None,
+        "schema_version": backend.latest_schema,
+        "tasks": 1,
+        "task_list": ("conveyor.bulk_action",),
+        "limit": 1,
+    }
+    pick = _mysql_plan(backend, "job_claim_pick", {**base, "queue": "conveyor"})
+    jobs = [r for r in pick if r["table"] == "conveyor_jobs"]
+    assert [r["key"] for r in jobs] == ["conveyor_jobs_fetch_idx"], pick
+    params = {**keyed_claim_params(backend, queue="conveyor"), **base, "identity": ("w",)}
+    cands = [r for r in _mysql_plan(backend, "job_claim_candidates", params) if r["table"] == "j"]
+    assert [r["key"] for r in cands] == ["conveyor_jobs_fetch_idx"], cands

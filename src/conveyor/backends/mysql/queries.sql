@@ -36,8 +36,13 @@ VALUES
 -- waiting on one another; the rows stay locked until the transaction ends, and
 -- job_claim_update then takes them by primary key (no UPDATE ... RETURNING).
 -- One queue per statement, walking the fetch index in order (the generated
--- columns fetch_queue and neg_priority: see migration 1).
-SELECT id FROM conveyor_jobs
+-- columns fetch_queue and neg_priority: see migration 1). FORCE INDEX: InnoDB
+-- locks every row a locking read examines, if only until it is found not to
+-- match, and SKIP LOCKED passes over a row so locked. On a small table the
+-- optimizer chose the spread index (spread_group IS NULL: every job), so a claim
+-- on one queue examined, and locked for a moment, the jobs of every other queue,
+-- and a claim there at that moment skipped its own job and came back empty.
+SELECT id FROM conveyor_jobs FORCE INDEX (conveyor_jobs_fetch_idx)
 WHERE fetch_queue = :queue  -- queue = :queue AND state IN ('available', 'scheduled')
   AND part = 0  -- (see "Live" at the top)
   AND scheduled_at <= {NOW}
@@ -80,7 +85,7 @@ SELECT * FROM conveyor_jobs WHERE id {IN(:ids, bigint)}
 -- buckets, spread groups) exactly as the PostgreSQL query does.
 SELECT j.id, j.concurrency_key, j.concurrency_limit, j.rate_key, j.rate_per_s, j.rate_burst,
        j.spread_group, j.pinned_to, j.priority, j.scheduled_at
-FROM conveyor_jobs j
+FROM conveyor_jobs j FORCE INDEX (conveyor_jobs_fetch_idx)  -- (see job_claim_pick)
 WHERE j.fetch_queue = :queue AND j.scheduled_at <= {NOW}  -- (see job_claim_pick)
   AND j.part = 0
   AND NOT EXISTS (SELECT 1 FROM conveyor_queues p WHERE p.name = :queue AND p.paused)
