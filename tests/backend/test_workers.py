@@ -93,12 +93,16 @@ def test_notifier_hears_jobs_inserted_by_another_connection(backend, db_url):
 
     notifier = backend.notifier()
     other = open_backend(db_url)  # its own connections, as another process would have
+    timer = threading.Timer(0.3, lambda: other.job_insert_many(jobs=[ins(queue="mail")]))
     try:
         assert notifier.wait(0.2) == set()  # nothing happened: no hint
-        threading.Timer(0.3, lambda: other.job_insert_many(jobs=[ins(queue="mail")])).start()
+        timer.start()
         hint = notifier.wait(10)
         assert hint & {"mail", "*"}, "no wake-up arrived for the insert"
     finally:
+        timer.cancel()
+        if timer.ident is not None:
+            timer.join()  # its insert ended: not still running into the next test
         notifier.close()
         other.close()
 

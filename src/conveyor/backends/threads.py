@@ -77,12 +77,18 @@ class ThreadConnections(Generic[C]):
             self._close(conn)
 
     def close_all(self) -> None:
-        """Every connection held, closed."""
+        """Every connection held, closed: at once where no thread can be in a call
+        on it (the caller's, and those of ended threads). Another live thread may
+        be: closing a SQLite connection there crashed the process (the C library
+        went on with the freed connection). Such a connection is let go instead,
+        and closed when its thread drops it, at the end of the call it is in (or
+        at once, by the garbage collector, if it is in none)."""
+        me = threading.current_thread()
         with self._lock:
-            conns = [c for c, _t in self._held.values()]
+            idle = [c for c, t in self._held.values() if t is me or not t.is_alive()]
             self._held = {}
-        self._local = threading.local()
-        for conn in conns:
+        self._local = threading.local()  # (the other threads' references go with it)
+        for conn in idle:
             self._close(conn)
 
     def after_fork(self) -> list[C]:
