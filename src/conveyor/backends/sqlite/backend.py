@@ -16,6 +16,7 @@ import re
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -161,7 +162,7 @@ class SQLiteNotifier(Notifier):
         idle_after: float = 5.0,
         busy_interval: float = 0.02,
     ) -> None:
-        self._conn = backend._notifier_connection()
+        self._conn = backend._notifier_connection(self)
         self._interval = interval
         self._idle_interval = idle_interval
         self._idle_after = idle_after
@@ -207,7 +208,7 @@ class SQLiteNotifier(Notifier):
     def close(self) -> None:
         self._closed = True
         self._eager.set()
-        with self._lock:
+        with self._lock:  # (not under a poll: SQLite would use the freed connection)
             self._conn.close()
 
 
@@ -239,8 +240,10 @@ class SQLiteBackend(SqlBackend):
         self.busy_timeout_s = busy_timeout_s
         #: each thread's connection
         self._conns: ThreadConnections[sqlite3.Connection] = ThreadConnections(self._reset, _close)
-        #: the notifiers' (closed with the backend)
-        self._others: list[sqlite3.Connection] = []
+        #: the notifiers, closed with the backend (each under its own lock: one may be
+        #: in a poll on its connection in another thread); weak: one let go closes
+        #: its connection as it goes (a server makes one per event stream)
+        self._notifiers: weakref.WeakSet[SQLiteNotifier] = weakref.WeakSet()
         self._lock = threading.Lock()
         #: the process the connections are this one's in (see _after_fork)
         self._pid = os.getpid()
@@ -266,10 +269,10 @@ class SQLiteBackend(SqlBackend):
             raise DatabaseUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
         return conn
 
-    def _notifier_connection(self) -> sqlite3.Connection:
+    def _notifier_connection(self, notifier: SQLiteNotifier) -> sqlite3.Connection:
         conn = self._new_connection()
         with self._lock:
-            self._others.append(conn)
+            self._notifiers.add(notifier)
         return conn
 
     def _reset(self, conn: sqlite3.Connection) -> bool:
@@ -324,8 +327,8 @@ class SQLiteBackend(SqlBackend):
         otherwise pass to the child's threads."""
         self._pid = os.getpid()
         self._lock = threading.Lock()  # the parent's may have been held at the fork
-        self._inherited += self._conns.after_fork() + self._others
-        self._others = []
+        self._inherited += self._conns.after_fork() + [n._conn for n in list(self._notifiers)]
+        self._notifiers = weakref.WeakSet()
 
     def _busy(self, exc: sqlite3.OperationalError) -> Exception:
         """'database is locked' after the busy timeout says nothing of why."""
@@ -464,9 +467,9 @@ class SQLiteBackend(SqlBackend):
             self._after_fork()  # a child closes its own connections, not the parent's
         self._conns.close_all()
         with self._lock:
-            others, self._others = self._others, []
-        for conn in others:
-            _close(conn)
+            notifiers, self._notifiers = list(self._notifiers), weakref.WeakSet()
+        for notifier in notifiers:
+            notifier.close()
 
     def notifier(self, *, events: bool = False) -> Notifier:
         return SQLiteNotifier(self)
