@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from conveyor.records import JobFilter
 
+from ..conftest import only_on
 from .helpers import backend_at_schema, done, fetch, ins, later, raw_connection
 
 
@@ -178,3 +179,37 @@ def test_batch_counts_start_from_the_jobs_when_the_schema_is_upgraded(db_url, mo
             )
         assert old.batch_progress(batch_id=b) == batch_truth(old, b)
         assert old.batch_progress(batch_id=b) == {"available": 3, "failed": 1, "succeeded": 1}
+
+
+@only_on("mysql")  # the only dialect whose leader folds delta rows (row triggers)
+def test_a_fold_waits_for_the_deltas_of_a_transaction_still_open(backend):
+    """Deltas are folded in the database up to an id read from committed rows;
+    a lower one of a transaction still open must be waited for and folded once,
+    never deleted unfolded (a read that skipped it, then a delete that waited for
+    it, lost it) nor left behind."""
+    import threading
+    import time
+
+    [moved, _] = backend.job_insert_many(jobs=[ins(args=[1]), ins(args=[2])])
+    backend.counts_fold()
+    conn = raw_connection(backend)
+    try:
+        conn.begin()
+        conn.execute("UPDATE conveyor_jobs SET queue = 'moved' WHERE id = ?", (moved.id,))
+        backend.job_insert_many(jobs=[ins(args=[3])])  # a higher id, committed
+        folder = threading.Thread(target=backend.counts_fold)
+        folder.start()
+        time.sleep(0.5)
+        assert folder.is_alive(), "the fold did not wait for the open transaction's deltas"
+        conn.commit()
+        folder.join(30)
+        assert not folder.is_alive()
+    finally:
+        conn.close()
+    assert (
+        counts(backend)
+        == truth(backend)
+        == {("q", "t", "available"): 2, ("moved", "t", "available"): 1}
+    )
+    with raw_connection(backend) as c:
+        assert c.execute("SELECT count(*) FROM conveyor_count_deltas").fetchone()[0] == 0

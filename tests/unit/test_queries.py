@@ -109,12 +109,14 @@ MYSQL_ONLY = {
     "job_schedule_ids",
     "job_age_pick",
     "job_age_one",
-    "counts_fold_pick",  # deltas locked, summed by the backend, deleted by id
-    "counts_add",
-    "count_deltas_delete",
-    "batch_counts_fold_pick",  # the same for the batches' rollup
-    "batch_counts_add",
-    "batch_count_deltas_delete",
+    "counts_fold_high",  # deltas locked up to an id, summed and deleted in the database
+    "counts_fold_lock",
+    "counts_fold_add",
+    "counts_fold_delete",
+    "batch_counts_fold_high",  # the same for the batches' rollup
+    "batch_counts_fold_lock",
+    "batch_counts_fold_add",
+    "batch_counts_fold_delete",
     "change_take",  # change numbers (no transaction id in MySQL)
     "change_numbers",
     "change_numbers_committed",

@@ -699,35 +699,25 @@ class MySQLBackend(MySQLSession):
         return int(row["gone"] or 0) if row else 0
 
     def counts_fold(self) -> None:
-        self._fold(
-            "counts_fold_pick", "counts_add", "count_deltas_delete", ("queue", "task", "state")
-        )
-        self._fold(  # the batches' rollup (schema v16)
-            "batch_counts_fold_pick",
-            "batch_counts_add",
-            "batch_count_deltas_delete",
-            ("batch_id", "state"),
-        )
+        self._fold("counts")
+        self._fold("batch_counts")  # the batches' rollup (schema v16)
         # The leader's pass also forgets change numbers no reader needs any more.
         self._count("change_prune", {"horizon": self._horizon()})
 
-    def _fold(self, pick: str, add: str, delete: str, key: tuple[str, ...]) -> None:
-        """Move the deltas the triggers appended into their rollup, 10,000 at a time:
-        summed per key here, added, then exactly the rows read deleted."""
+    def _fold(self, rollup: str) -> None:
+        """Fold the deltas the triggers appended into their rollup, 10,000 at a
+        time, in the database (see counts_fold_high)."""
 
         def run() -> int:
             with self._tx() as cur:
-                rows = self._q(cur, pick)
-                sums: dict[tuple[Any, ...], int] = {}
-                for r in rows:
-                    k = tuple(r[c] for c in key)
-                    sums[k] = sums.get(k, 0) + int(r["n"])
-                for k, n in sorted(sums.items()):
-                    if n:
-                        self._qc(cur, add, {**dict(zip(key, k, strict=True)), "n": n})
-                for ids in chunks([int(r["id"]) for r in rows], 1000):
-                    self._qc(cur, delete, {"ids": self._list(list(ids))})
-            return len(rows)
+                [row] = self._q(cur, f"{rollup}_fold_high")
+                if row["high"] is None:
+                    return 0
+                high = {"high": int(row["high"])}
+                [locked] = self._q(cur, f"{rollup}_fold_lock", high)
+                self._qc(cur, f"{rollup}_fold_add", high)
+                self._qc(cur, f"{rollup}_fold_delete", high)
+            return int(locked["n"])
 
         while self._retrying(run) >= 10000:
             pass

@@ -453,28 +453,50 @@ SELECT id FROM conveyor_change_tx WHERE id BETWEEN :low AND :high
 -- kept: the next horizon starts from it.
 DELETE FROM conveyor_change_tx WHERE id < :horizon - 1
 
--- name: counts_fold_pick
--- The deltas to fold, locked (a delta of a transaction still open is waited
--- for, never skipped); the backend adds them up and deletes exactly these ids.
-SELECT id, queue, task, state, n FROM conveyor_count_deltas ORDER BY id LIMIT 10000 FOR UPDATE
+-- Folding the deltas the triggers appended into their rollups, in the database:
+-- the rows never travel to the leader (PyMySQL parsed 4-5 of them per job, a
+-- fifth of a MariaDB worker's CPU in a drain). Per table, in one transaction: the
+-- id up to which to fold (10,000 rows at most; a read of committed ids), every
+-- delta up to it locked (one of a transaction still open is waited for, never
+-- skipped: ids are handed out in order, so after this no row up to it can appear
+-- or change), their sums added, and exactly those rows deleted.
 
--- name: counts_add
-INSERT INTO conveyor_counts (queue, task, state, n) VALUES (:queue, :task, :state, :n)
+-- name: counts_fold_high
+SELECT coalesce((SELECT id FROM conveyor_count_deltas ORDER BY id LIMIT 1 OFFSET 9999),
+                (SELECT max(id) FROM conveyor_count_deltas)) AS high
+
+-- name: counts_fold_lock
+SELECT count(*) AS n FROM conveyor_count_deltas WHERE id <= :high FOR UPDATE
+
+-- name: counts_fold_add
+INSERT INTO conveyor_counts (queue, task, state, n)
+SELECT queue, task, state, s FROM (
+    SELECT queue, task, state, SUM(n) AS s FROM conveyor_count_deltas
+    WHERE id <= :high GROUP BY queue, task, state) d
+WHERE s <> 0
 ON DUPLICATE KEY UPDATE n = n + VALUES(n)
 
--- name: count_deltas_delete
-DELETE FROM conveyor_count_deltas WHERE id {IN(:ids, bigint)}
+-- name: counts_fold_delete
+DELETE FROM conveyor_count_deltas WHERE id <= :high
 
--- name: batch_counts_fold_pick
+-- name: batch_counts_fold_high
 -- The same for the batches' rollup (schema v16).
-SELECT id, batch_id, state, n FROM conveyor_batch_count_deltas ORDER BY id LIMIT 10000 FOR UPDATE
+SELECT coalesce((SELECT id FROM conveyor_batch_count_deltas ORDER BY id LIMIT 1 OFFSET 9999),
+                (SELECT max(id) FROM conveyor_batch_count_deltas)) AS high
 
--- name: batch_counts_add
-INSERT INTO conveyor_batch_counts (batch_id, state, n) VALUES (:batch_id, :state, :n)
+-- name: batch_counts_fold_lock
+SELECT count(*) AS n FROM conveyor_batch_count_deltas WHERE id <= :high FOR UPDATE
+
+-- name: batch_counts_fold_add
+INSERT INTO conveyor_batch_counts (batch_id, state, n)
+SELECT batch_id, state, s FROM (
+    SELECT batch_id, state, SUM(n) AS s FROM conveyor_batch_count_deltas
+    WHERE id <= :high GROUP BY batch_id, state) d
+WHERE s <> 0
 ON DUPLICATE KEY UPDATE n = n + VALUES(n)
 
--- name: batch_count_deltas_delete
-DELETE FROM conveyor_batch_count_deltas WHERE id {IN(:ids, bigint)}
+-- name: batch_counts_fold_delete
+DELETE FROM conveyor_batch_count_deltas WHERE id <= :high
 
 -- name: max_change
 -- The notifier's poll: a descent of each change index.
