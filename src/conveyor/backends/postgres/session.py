@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.string import TextLoader
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ...connections import GreenletConnection
 from ...errors import ConfigError, DatabaseUnavailable
@@ -307,6 +307,11 @@ def _translated(url: str, pool: ConnectionPool | None = None) -> Iterator[None]:
         yield
     except _MOVED:
         raise
+    except PoolClosed as exc:  # not the server's doing: say so, not "is it running?"
+        raise DatabaseUnavailable(
+            f"the connections to PostgreSQL at {redact(url)} were closed under this"
+            " call (app.close()); the app opens new ones at its next call"
+        ) from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         raise _connect_error(url, exc) from exc
     except psycopg.errors.ReadOnlySqlTransaction as exc:
