@@ -71,6 +71,12 @@ class MySQLNotifier(Notifier):
         self._closed = False
         self._eager = True
         self._conn: pymysql.connections.Connection[Any] | None = None
+        #: a poll is on the connection: close() leaves the connection to the poll
+        #: to close when it returns (a close under a poll raised PyMySQL's
+        #: AttributeError out of wait(); waiting for the poll could hang a
+        #: worker's stop on a cut network)
+        self._polling = False
+        self._conn_lock = threading.Lock()
         self._last: tuple[Any, Any] | None = None
         HUB.add(hub_key, self)
         self._last = self._poll()
@@ -86,6 +92,25 @@ class MySQLNotifier(Notifier):
             self._event.set()  # wakes a busy wait: the next poll is now
 
     def _poll(self) -> tuple[Any, Any] | None:
+        with self._conn_lock:
+            if self._closed:
+                return None
+            self._polling = True
+        try:
+            return self._poll_once()
+        finally:
+            with self._conn_lock:
+                self._polling = False
+                left = self._take_if_closed()
+            _close_quietly(left)
+
+    def _take_if_closed(self) -> pymysql.connections.Connection[Any] | None:
+        if not self._closed:
+            return None
+        conn, self._conn = self._conn, None
+        return conn
+
+    def _poll_once(self) -> tuple[Any, Any] | None:
         try:
             if self._conn is None:
                 self._conn = self._connect()
@@ -95,11 +120,7 @@ class MySQLNotifier(Notifier):
             return (row["jobs"], row["batches"])
         except pymysql.Error:
             conn, self._conn = self._conn, None
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+            _close_quietly(conn)
             return None
 
     def _pause(self, now: float) -> float:
@@ -138,9 +159,14 @@ class MySQLNotifier(Notifier):
     def close(self) -> None:
         self._closed = True
         self._event.set()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        with self._conn_lock:
+            left = None if self._polling else self._take_if_closed()
+        _close_quietly(left)
+
+
+def _close_quietly(conn: pymysql.connections.Connection[Any] | None) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:
+            pass
