@@ -102,7 +102,7 @@ class MySQLNotifier(Notifier):
             with self._conn_lock:
                 self._polling = False
                 left = self._take_if_closed()
-            _close_quietly(left)
+            close_quietly(left)
 
     def _take_if_closed(self) -> pymysql.connections.Connection[Any] | None:
         if not self._closed:
@@ -120,7 +120,7 @@ class MySQLNotifier(Notifier):
             return (row["jobs"], row["batches"])
         except pymysql.Error:
             conn, self._conn = self._conn, None
-            _close_quietly(conn)
+            close_quietly(conn)
             return None
 
     def _pause(self, now: float) -> float:
@@ -161,10 +161,11 @@ class MySQLNotifier(Notifier):
         self._event.set()
         with self._conn_lock:
             left = None if self._polling else self._take_if_closed()
-        _close_quietly(left)
+        close_quietly(left)
 
 
-def _close_quietly(conn: pymysql.connections.Connection[Any] | None) -> None:
+def close_quietly(conn: pymysql.connections.Connection[Any] | None) -> None:
+    """Closes ``conn`` (if any), whatever state its socket is in."""
     if conn is not None:
         try:
             conn.close()

@@ -30,7 +30,7 @@ from .. import waits
 from ..sql.backend import SqlBackend
 from ..threads import ThreadConnections
 from .dialect import _CHANGE, _HORIZON, Q
-from .notifier import HUB
+from .notifier import HUB, close_quietly
 
 if TYPE_CHECKING:
     Connection = pymysql.connections.Connection[Any]
@@ -133,8 +133,8 @@ class MySQLSession(SqlBackend):
         self.where = f"the MySQL database {self.database}"
         self._local = threading.local()  # a thread's transaction state (hints, change)
         #: each thread's connection, and its READ UNCOMMITTED reader (_horizon)
-        self._conns: ThreadConnections[Connection] = ThreadConnections(_reset, _close)
-        self._readers: ThreadConnections[Connection] = ThreadConnections(_reset, _close)
+        self._conns: ThreadConnections[Connection] = ThreadConnections(_reset, close_quietly)
+        self._readers: ThreadConnections[Connection] = ThreadConnections(_reset, close_quietly)
         #: the process the connections are this one's in (see _after_fork)
         self._pid = os.getpid()
         #: deadlocks and lock wait timeouts retried so far (racing workers)
@@ -438,13 +438,6 @@ def _reset(conn: Connection) -> bool:
     except pymysql.Error:
         return False
     return True
-
-
-def _close(conn: Connection) -> None:
-    try:
-        conn.close()
-    except Exception:
-        pass
 
 
 def _is_mariadb(conn: Any) -> bool:
