@@ -299,6 +299,9 @@ def test_enqueue_by_name_checks_registered_tasks_and_sends_others(app, send_emai
     )
     with pytest.raises(ConfigError, match="task name"):
         app.enqueue("")
+    # the task object where its name goes: said so, and how to send it
+    with pytest.raises(ConfigError, match=r"takes the task's name, 'send_email'.*send_email\.send"):
+        app.enqueue(send_email, ["a@b.c"])  # type: ignore[arg-type]
 
 
 def test_retry_and_cancel_through_the_app(app, send_email):

@@ -182,6 +182,11 @@ class Registry:
         task = self._host.tasks.get(name)
         if task is not None:
             return task
+        if isinstance(name, Task):  # (typed as a name; said plainly at run time)
+            raise ConfigError(
+                f"enqueue by name takes the task's name, {name.name!r}, not the task:"
+                f" or send through the task itself ({name.name.rsplit('.', 1)[-1]}.send(...))"
+            )
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise ConfigError(
                 f"a task name is a non-empty string of at most 200 characters, got {name!r}"
