@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable
 
 import psycopg
 import pymysql
 import pytest
 
-from conveyor import ConfigError, Conveyor, JobNotFound, JobState, SerializationError
+from conveyor import (
+    ConfigError,
+    Conveyor,
+    JobFilter,
+    JobNotFound,
+    JobState,
+    KeyReused,
+    SerializationError,
+)
 
 
 def _connect(app: Conveyor):
@@ -200,9 +209,49 @@ def test_send_options(app, send_email):
     b = send_email.send("a", unique_key="welcome:42")
     assert a.id == b.id and app.get_job(a.id).state == "scheduled"
     c = send_email.send("a", idempotency_key="req-123")
-    d = send_email.send("b", idempotency_key="req-123")
-    assert c.id == d.id and d.args == ["a"]  # the original job, read back
+    d = send_email.send("a", idempotency_key="req-123")  # a retry
+    assert c.id == d.id and not d.created and d.args == ["a"]  # the original job, read back
     assert app.get_job(a.id).priority == 5
+
+
+def test_an_idempotency_key_names_one_call(app, send_email):
+    """A key reused for other arguments or another task is refused (KeyReused) and
+    writes nothing, by every door: send, enqueue by name, many jobs at once; a key
+    named by another item of the same call too. Options are not compared, nor
+    arguments the task declared sensitive: a repeat never tells whether a guessed
+    secret matched."""
+    first = send_email.send("a", body="x", idempotency_key="k")
+    before = app.count_jobs()
+    for call in (
+        lambda: send_email.send("b", body="x", idempotency_key="k"),
+        lambda: send_email.send("a", body="y", idempotency_key="k"),
+        lambda: app.enqueue("resize", ["a"], idempotency_key="k"),
+        lambda: app.enqueue("send_email", ["b"], {"body": "x"}, idempotency_key="k"),
+    ):
+        with pytest.raises(KeyReused, match=rf"'k' was already used .*job {first.id}, task"):
+            call()
+    assert app.enqueue("send_email", ["a"], {"body": "x"}, idempotency_key="k").id == first.id
+    assert send_email.send("a", body="x", priority=9, idempotency_key="k").id == first.id
+    # send_many: nothing written when one item reuses a key for something else
+    with pytest.raises(KeyReused, match=r"jobs\[0\] of the same call") as caught:
+        app.plumbing.insert_jobs(
+            [
+                send_email.build(["c"], {"body": "1"}, idempotency_key="m"),
+                send_email.build(["c"], {"body": "2"}, idempotency_key="m"),
+            ]
+        )
+    assert caught.value.index == 1
+    assert app.count_jobs() == before
+
+    @app.task(sensitive=("password",))
+    def login(user: str, password: str) -> None: ...
+
+    job = login.send("ada", "hunter2", idempotency_key="acct-ada")
+    for guess in ("password1", "hunter2"):  # the same answer, right or wrong
+        again = login.send("ada", guess, idempotency_key="acct-ada")
+        assert (again.id, again.created) == (job.id, False)
+    with pytest.raises(KeyReused):  # what is not sensitive still counts
+        login.send("bob", "hunter2", idempotency_key="acct-ada")
 
 
 def test_a_send_without_options_gets_the_defaults_after_one_with_options(app, send_email):
@@ -345,3 +394,39 @@ def test_enqueue_keeps_handler_kwargs_apart_from_options(app):
     assert (
         got.kwargs == {"delay": "not an option"} and got.priority == 3 and got.state == "available"
     )
+
+
+def test_racing_calls_under_one_key_write_nothing_for_the_one_refused(app, send_email):
+    """Two calls at once, each a job of its own and a job under a shared key with
+    other arguments: one wins; the other is refused (KeyReused) and its own job is
+    not written either (the key is checked in the transaction that writes)."""
+    for n in range(12):
+        barrier = threading.Barrier(2)
+        outcome: dict[str, object] = {}
+
+        def call(
+            side: str,
+            n: int = n,
+            barrier: threading.Barrier = barrier,
+            outcome: dict[str, object] = outcome,
+        ) -> None:
+            inserts = [
+                send_email.build([f"extra-{side}-{n}"], {}),
+                send_email.build([side], {}, idempotency_key=f"race-{n}"),
+            ]
+            barrier.wait()
+            try:
+                app.plumbing.insert_jobs(inserts)
+                outcome[side] = "written"
+            except KeyReused:
+                outcome[side] = "refused"
+
+        threads = [threading.Thread(target=call, args=(side,)) for side in "ab"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(outcome.values()) == ["refused", "written"], outcome
+        loser = next(side for side, what in outcome.items() if what == "refused")
+        found = app.list_jobs(JobFilter(search=f"extra-{loser}-{n}"))
+        assert found == [], f"round {n}: the refused call's other job was written"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from . import serialize
 from .errors import KeyReused
 from .job import Job
 from .records import (
@@ -190,12 +191,22 @@ def batch_fingerprint(task: str, asked: Mapping[str, Any], inserts: Sequence[Job
     """What a batch call asked for, as a hash: the task, ``asked`` (its name,
     callback and send options as given) and every item's encoded arguments, in
     order. The options as given, not the job template they make: a ``run_at``
-    becomes a delay from now, different on every call."""
+    becomes a delay from now, different on every call. Arguments the task
+    declared sensitive are left out: a repeat never tells whether a guessed
+    value matched."""
     head = json.dumps({"task": task, **asked}, sort_keys=True, default=str, separators=(",", ":"))
     digest = hashlib.sha256(head.encode("utf-8", "surrogatepass"))
+    hides = serialize.hides_arguments(task)
     for insert in inserts:
         digest.update(b"\n")
-        digest.update(insert.args_json.encode("utf-8", "surrogatepass"))
+        text = insert.args_json
+        if hides:
+            doc = json.loads(text)
+            doc["args"], doc["kwargs"] = serialize.hidden_arguments(
+                task, doc.get("args"), doc.get("kwargs")
+            )
+            text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        digest.update(text.encode("utf-8", "surrogatepass"))
     return "sha256:" + digest.hexdigest()
 
 

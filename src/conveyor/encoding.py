@@ -6,6 +6,7 @@ cannot be read (``read_json``) is reported, never raised at whoever reads a list
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -134,6 +135,33 @@ def read_json(text: str, limit: int = READ_DEPTH) -> Any:
 #: a JSON-escaped NUL (an odd run of backslashes before "u0000")
 JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 REPLACEMENT = "\ufffd"
+
+
+#: a job's header never shown: the fingerprint of the call that created it under an
+#: idempotency key (a hash of its task and arguments, sensitive ones left out), so
+#: a repeat of the key can be told apart from a different request
+FINGERPRINT_HEADER = "conveyor-request-fingerprint"
+#: the fingerprints this version writes; others (an HTTP body's, before v0.2) are
+#: not compared: a repeat of their key returns the job, as a retry
+FINGERPRINT_PREFIX = "call:sha256:"
+
+
+def call_fingerprint(task: str, args: Any, kwargs: Any) -> str:
+    """The fingerprint of a call: its task and arguments, as canonical JSON, hashed."""
+    text = json.dumps([task, args, kwargs], sort_keys=True, separators=(",", ":"))
+    return FINGERPRINT_PREFIX + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def stored_fingerprint(args: Any) -> str | None:
+    """The call fingerprint a stored (or about to be stored) arguments document
+    carries: JSON text, or the document a driver decoded; None when it has none
+    this version compares."""
+    try:
+        doc = json.loads(args) if isinstance(args, str | bytes) else args
+        found = ((doc or {}).get("headers") or {}).get(FINGERPRINT_HEADER)
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return found if isinstance(found, str) and found.startswith(FINGERPRINT_PREFIX) else None
 
 
 def with_headers(args_json: str, headers: dict[str, str]) -> str:

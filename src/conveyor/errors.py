@@ -18,16 +18,20 @@ class KeyReused(ConfigError):
     task 'add'``); ``named`` words the error for where the key came from (the
     ``Idempotency-Key`` header over HTTP)."""
 
-    def __init__(self, key: str, made: str, *, name: str = "idempotency_key") -> None:
+    def __init__(
+        self, key: str, made: str, *, name: str = "idempotency_key", index: int | None = None
+    ) -> None:
         super().__init__(
             f"{name}: {key!r} was already used by a different request ({made}); a key "
             "names one request: retry it unchanged, or send this one under a new key"
         )
         self.key = key
         self.made = made
+        #: which of the jobs written together reused the key (None: the only one)
+        self.index = index
 
     def named(self, name: str) -> KeyReused:
-        return KeyReused(self.key, self.made, name=name)
+        return KeyReused(self.key, self.made, name=name, index=self.index)
 
 
 class DatabaseUnavailable(ConveyorError):

@@ -12,8 +12,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from . import serialize
 from .backends.interfaces import Backend
 from .connections import call_with
+from .encoding import FINGERPRINT_HEADER, call_fingerprint, with_headers
 from .errors import ConfigError
 from .hooks import Middleware, run_enqueue_hooks
 from .job import Job, JobApp
@@ -88,7 +90,15 @@ class Producer:
         whose key named an existing job come back as that job, read fresh, with
         ``created=False``. ``write`` writes them instead of ``job_insert_many``
         (a bulk action: its record in the same transaction)."""
+        asked = inserts
         inserts = self._serving.settle(inserts)  # per-task-type settings fill in what was not sent
+        if any(j.idempotency_key is not None for j in asked):
+            # (after settle, which read what every task declared sensitive; of the
+            # call as made, before the settings and hooks changed it)
+            inserts = [
+                fingerprinted(j, a) if a.idempotency_key is not None else j
+                for j, a in zip(inserts, asked, strict=True)
+            ]
         if self._host.middleware:
             changed = run_enqueue_hooks(self._host.middleware, list(inserts))
             if len(changed) != len(inserts):
@@ -280,3 +290,17 @@ def _job_template(app: JobApp, ins: JobInsert, now: datetime) -> dict[str, Any]:
         tenant=ins.tenant,
         stage=ins.stage,
     )
+
+
+def fingerprinted(insert: JobInsert, asked: JobInsert) -> JobInsert:
+    """A job sent under an idempotency key carries its call's fingerprint in a
+    header: its task and arguments as ``asked`` (before settings and hooks), those
+    its task declared sensitive left out. A repeat of the key with another task
+    or other arguments is refused (``KeyReused``) in the transaction that would
+    write it, and the answer never tells whether a sensitive value matched.
+    Options are not compared: the key names the work (the same job sent again
+    with another priority or delay is still that job)."""
+    doc = json.loads(asked.args_json)
+    args, kwargs = serialize.hidden_arguments(asked.task, doc.get("args"), doc.get("kwargs"))
+    headers = {FINGERPRINT_HEADER: call_fingerprint(asked.task, args, kwargs)}
+    return insert._replace(args_json=with_headers(insert.args_json, headers))

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from .encoding import FINGERPRINT_HEADER
 from .errors import ConfigError
 from .records import (
     STATE_ORDER,
@@ -36,9 +37,6 @@ from .records import (
 
 #: fields never shown
 HIDDEN_FIELDS = frozenset({"lease_token"})
-#: a job's header never shown: the fingerprint of the HTTP request that created it
-#: under an idempotency key (a hash of its arguments, which may be sensitive)
-FINGERPRINT_HEADER = "conveyor-request-fingerprint"
 _JOB_FIELDS = tuple(f.name for f in fields(JobRecord) if f.name not in HIDDEN_FIELDS)
 
 
@@ -78,13 +76,29 @@ def job(record: JobRecord, *, redact: Iterable[str] = ()) -> dict[str, Any]:
     data = {name: plain(getattr(record, name)) for name in _JOB_FIELDS}
     if FINGERPRINT_HEADER in data["headers"]:
         data["headers"] = {k: v for k, v in data["headers"].items() if k != FINGERPRINT_HEADER}
-    positions, hidden = _SENSITIVE.get(record.task, (frozenset(), frozenset()))
-    hidden = hidden | set(redact)
-    if hidden:
-        data["kwargs"] = {k: (HIDDEN if k in hidden else v) for k, v in data["kwargs"].items()}
-    if positions and isinstance(data["args"], list):
-        data["args"] = [HIDDEN if i in positions else v for i, v in enumerate(data["args"])]
+    data["args"], data["kwargs"] = hidden_arguments(
+        record.task, data["args"], data["kwargs"], redact
+    )
     return data
+
+
+def hides_arguments(task: str) -> bool:
+    """Whether jobs of ``task`` have arguments to hide (``hidden_arguments``)."""
+    return task in _SENSITIVE
+
+
+def hidden_arguments(
+    task: str, args: Any, kwargs: Any, redact: Iterable[str] = ()
+) -> tuple[Any, Any]:
+    """A call's arguments as they may be shown: those its task declared
+    ``sensitive`` (and ``redact``: more keywords) replaced by ``***``."""
+    positions, hidden = _SENSITIVE.get(task, (frozenset(), frozenset()))
+    hidden = hidden | set(redact)
+    if hidden and isinstance(kwargs, dict):
+        kwargs = {k: (HIDDEN if k in hidden else v) for k, v in kwargs.items()}
+    if positions and isinstance(args, list):
+        args = [HIDDEN if i in positions else v for i, v in enumerate(args)]
+    return args, kwargs
 
 
 def attempt(record: Attempt) -> dict[str, Any]:

@@ -101,6 +101,19 @@ def test_idempotent_batch_creation_returns_the_first(app):
     assert len(app.list_jobs()) == 2 and [b.id for b in app.list_batches()] == [first.id]
 
 
+def test_a_batch_key_never_tells_whether_a_sensitive_argument_matched(app):
+    @app.task(sensitive=("password",))
+    def login(user, password):
+        return user
+
+    first = login.batch([("ada", "hunter2")], idempotency_key="acct")
+    for guess in ("password1", "hunter2"):  # the same answer, right or wrong
+        again = login.batch([("ada", guess)], idempotency_key="acct")
+        assert (again.id, again.created) == (first.id, False)
+    with pytest.raises(KeyReused):  # what is not sensitive still counts
+        login.batch([("bob", "hunter2")], idempotency_key="acct")
+
+
 def test_a_batch_keyed_before_fingerprints_is_compared_on_task_and_size(app):
     from tests.backend.helpers import ins
 

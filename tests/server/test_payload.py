@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import time
 
-from conveyor.encoding import MAX_DEPTH
-from conveyor.serialize import FINGERPRINT_HEADER
+import pytest
+
+from conveyor import KeyReused
+from conveyor.encoding import FINGERPRINT_HEADER, MAX_DEPTH
 from tests.poison import deep_json, poison
 
 from .conftest import APP
@@ -136,12 +138,16 @@ def test_an_idempotency_key_names_one_request_across_restarts(start_server, prod
         assert FINGERPRINT_HEADER not in first.json()["headers"]
         again = api.post("/v1/jobs", json=body, headers=key)
         assert (again.status_code, again.json()["id"]) == (200, job_id)
-        for changed in ({**body, "args": [2, 4]}, {**body, "priority": 5}, {**body, "delay": 1}):
+        # the key names the work: its options are not compared
+        for same in ({**body, "delay": 1}, {**body, "priority": 5}, {**body, "queue": "q"}):
+            r = api.post("/v1/jobs", json=same, headers=key)
+            assert (r.status_code, r.json()["id"]) == (200, job_id)
+        for changed in ({**body, "args": [2, 4]}, {**body, "task": "remote_only"}):
             r = api.post("/v1/jobs", json=changed, headers=key)
             assert r.status_code == 422, r.text
             detail = r.json()["detail"]
             assert "Idempotency-Key: 'k' was already used by a different request" in detail
-            assert f"(job {job_id}, task 'add')" in detail
+            assert f"(job {job_id}, task 'add')" in detail  # the job it named
         r = api.post("/v1/jobs", json={**body, "args": [9, 9], "idempotency_key": "k"})
         assert r.status_code == 422 and r.json()["detail"].startswith("idempotency_key: 'k'")
         assert [j["id"] for j in api.get("/v1/jobs").json()["jobs"]] == [job_id]
@@ -151,7 +157,7 @@ def test_an_idempotency_key_names_one_request_across_restarts(start_server, prod
     with server.client() as api:
         assert api.post("/v1/jobs", json={**body, "args": [2, 4]}, headers=key).status_code == 422
         assert api.post("/v1/jobs", json=body, headers=key).json()["id"] == job_id
-        # sent from Python (no fingerprint): compared on its task and arguments
+        # sent from Python: the same fingerprint (the call's) as over HTTP
         py = producer.enqueue("add", [1, 1], idempotency_key="py")
         same = api.post(
             "/v1/jobs", json={"task": "add", "args": [1, 1]}, headers={"Idempotency-Key": "py"}
@@ -161,9 +167,11 @@ def test_an_idempotency_key_names_one_request_across_restarts(start_server, prod
             "/v1/jobs", json={"task": "add", "args": [1, 2]}, headers={"Idempotency-Key": "py"}
         )
         assert other.status_code == 422 and f"job {py.id}" in other.json()["detail"]
-    # Python's send keeps its rule: a key seen before returns the job it named
-    kept = producer.enqueue("add", [7, 7], idempotency_key="k")
-    assert (kept.created, kept.id, kept.args) == (False, job_id, [2, 3])
+    # one rule for every door: Python's enqueue too
+    with pytest.raises(KeyReused, match=f"job {job_id}, task 'add'"):
+        producer.enqueue("add", [7, 7], idempotency_key="k")
+    kept = producer.enqueue("add", [2, 3], idempotency_key="k")
+    assert (kept.created, kept.id) == (False, job_id)
 
 
 def test_the_created_answer_is_the_stored_job_and_on_complete_is_a_task_name(api):

@@ -508,7 +508,7 @@ SELECT (SELECT max(changed) FROM conveyor_jobs) AS jobs,
 -- in a caller's REPEATABLE READ transaction (MySQL's default), whose snapshot
 -- may predate the job that made INSERT IGNORE skip the input.
 -- By unique_key_active (the unique key while unfinished; schema v22: live only).
-SELECT id, unique_key, idempotency_key FROM conveyor_jobs
+SELECT id, unique_key, idempotency_key, task, args FROM conveyor_jobs
 WHERE idempotency_key {IN(:idempotency_keys)}
    OR unique_key_active {IN(:unique_keys)}
 LOCK IN SHARE MODE

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ...connections import dbapi_connection
+from ...encoding import stored_fingerprint
 from ...errors import ConfigError
 from ...records import (
     ActionRecord,
@@ -300,13 +301,24 @@ class SqlBackend(Backend):
         def insert(subset: Sequence[JobInsert]) -> list[tuple[int, KeyPair]]:
             return self._insert_rows(cur, subset, ts)
 
-        def find(uks: list[str], iks: list[str]) -> list[tuple[int, str | None, str | None]]:
+        def find(
+            uks: list[str], iks: list[str]
+        ) -> list[tuple[int, str | None, str | None, str, str | None]]:
             rows = self._q(
                 cur,
                 "job_find_by_keys",
                 {"unique_keys": self._list(uks), "idempotency_keys": self._list(iks)},
             )
-            return [(r["id"], r["unique_key"], r["idempotency_key"]) for r in rows]
+            return [
+                (
+                    r["id"],
+                    r["unique_key"],
+                    r["idempotency_key"],
+                    r["task"],
+                    stored_fingerprint(r["args"]) if r["idempotency_key"] else None,
+                )
+                for r in rows
+            ]
 
         return insert_resolving(jobs, insert, find)
 

@@ -18,10 +18,12 @@ SELECT * FROM conveyor_jobs WHERE id = :id
 -- only while unfinished (the same predicate as the partial unique index). Two
 -- parts and not an OR: on PostgreSQL the unique keys' index is on the live
 -- partition only (schema v17), and an OR had every finished day scanned for them.
-SELECT id, unique_key, idempotency_key FROM conveyor_jobs
+-- The task and arguments (their headers: the call's fingerprint) tell a repeat of
+-- an idempotency key from a different request (logic.check_same_call).
+SELECT id, unique_key, idempotency_key, task, args FROM conveyor_jobs
 WHERE idempotency_key {IN(:idempotency_keys)}
-UNION
-SELECT id, unique_key, idempotency_key FROM conveyor_jobs
+UNION ALL
+SELECT id, unique_key, idempotency_key, task, args FROM conveyor_jobs
 WHERE unique_key {IN(:unique_keys)} AND state IN ('scheduled', 'available', 'running')
 
 -- name: job_list

@@ -6,7 +6,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ...errors import SchemaTooNew
+from ...encoding import stored_fingerprint
+from ...errors import KeyReused, SchemaTooNew
 from ...records import (
     ACTIVE_STATES,
     BatchRecord,
@@ -45,7 +46,9 @@ def match_inserted(
 
 
 InsertFn = Callable[[Sequence[JobInsert]], list[tuple[int, KeyPair]]]
-FindFn = Callable[[list[str], list[str]], list[tuple[int, str | None, str | None]]]
+#: the existing jobs behind keys: (id, unique key, idempotency key, task, call
+#: fingerprint or None)
+FindFn = Callable[[list[str], list[str]], list[tuple[int, str | None, str | None, str, str | None]]]
 
 
 def insert_resolving(jobs: Sequence[JobInsert], insert: InsertFn, find: FindFn) -> list[Inserted]:
@@ -72,12 +75,15 @@ def insert_resolving(jobs: Sequence[JobInsert], insert: InsertFn, find: FindFn) 
             [k for i in missing if (k := jobs[i].unique_key)],
             [k for i in missing if (k := jobs[i].idempotency_key)],
         )
-        by_idem = {ik: jid for jid, _, ik in found if ik}
-        by_unique = {uk: jid for jid, uk, _ in found if uk}
+        by_idem = {ik: (jid, task, fp) for jid, _, ik, task, fp in found if ik}
+        by_unique = {uk: jid for jid, uk, _, _, _ in found if uk}
         pending = []
         for i in missing:
             job = jobs[i]
-            existing = by_idem.get(job.idempotency_key or "") or by_unique.get(job.unique_key or "")
+            named = by_idem.get(job.idempotency_key or "")
+            if named is not None:
+                check_same_call(job, named, i, results)
+            existing = named[0] if named else by_unique.get(job.unique_key or "")
             if existing is None:
                 pending.append(i)
             else:
@@ -87,6 +93,30 @@ def insert_resolving(jobs: Sequence[JobInsert], insert: InsertFn, find: FindFn) 
     else:
         raise RuntimeError("unique-key insert kept racing with jobs finishing; giving up")
     return [r for r in results if r is not None]
+
+
+def check_same_call(
+    job: JobInsert,
+    named: tuple[int, str, str | None],
+    index: int,
+    results: Sequence[Inserted | None] = (),
+) -> None:
+    """``KeyReused`` (in the transaction that would have written ``job``, so it
+    writes nothing) when the job its idempotency key named was made by a
+    different call: both fingerprinted, and their fingerprints differ. A job made
+    without one (an older version, an internal job) is the key's answer.
+    ``results``: the jobs written so far with ``job`` (another of them may be
+    the one its key named)."""
+    job_id, task, theirs = named
+    if theirs is None:
+        return
+    mine = stored_fingerprint(job.args_json)
+    if mine is not None and mine != theirs:
+        made = f"job {job_id}, task {task!r}"
+        for n, r in enumerate(results):
+            if r is not None and r.created and r.id == job_id:
+                made = f"jobs[{n}] of the same call"
+        raise KeyReused(job.idempotency_key or "", made, index=index)
 
 
 def check_schema(current: int, migrations: Sequence[Migration], where: str) -> list[Migration]:

@@ -4,8 +4,6 @@ delete; and the same actions in bulk over a filter (with ``dry_run``)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Response
@@ -13,10 +11,8 @@ from fastapi.responses import JSONResponse
 
 from ... import serialize
 from ...app import Conveyor
-from ...encoding import with_headers
 from ...errors import ConfigError, Conflict, KeyReused
-from ...job import Job
-from ...records import ApiToken, JobFilter, JobInsert, JobState
+from ...records import ApiToken, JobState
 from ..auth import ADMIN, PRODUCER, READ, requires
 from ..dependencies import Facade
 from ..models import (
@@ -66,13 +62,13 @@ def create_job(body: JobCreate, response: Response, app: Facade, key: Idempotenc
         if options.get("idempotency_key") not in (None, key):
             raise ConfigError("idempotency_key: differs from the Idempotency-Key header; send one")
         options["idempotency_key"] = key
-    task = app.plumbing.task_for(body.task)
-    insert, fingerprint = fingerprinted(task.build(body.args, body.kwargs, **options), body)
-    [job] = app.plumbing.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
+    insert = app.plumbing.task_for(body.task).build(body.args, body.kwargs, **options)
+    try:
+        [job] = app.plumbing.insert_jobs([insert], payloads=[(body.args, body.kwargs)])
+    except KeyReused as exc:
+        raise exc.named("Idempotency-Key" if key else "idempotency_key") from None
     if job.created:
         job = app.get_job(job.id)  # the stored times, not the ones this process guessed
-    elif fingerprint is not None:
-        check_same_request(job, body, fingerprint, "header" if key else "field")
     response.status_code = 201 if job.created else 200
     return serialize.job(job)
 
@@ -88,22 +84,15 @@ def create_jobs(body: JobsCreate, response: Response, app: Facade) -> Any:
     back as that job with ``created: false``; an ``idempotency_key`` that named
     a different request (here or earlier) refuses the call with 422, as
     ``POST /v1/jobs`` does, and writes nothing."""
-    inserts, payloads, prints = [], [], []
+    inserts, payloads = [], []
     for spec in body.jobs:
         task = app.plumbing.task_for(spec.task)
-        insert, fingerprint = fingerprinted(
-            task.build(spec.args, spec.kwargs, **spec.send_options()), spec
-        )
-        inserts.append(insert)
+        inserts.append(task.build(spec.args, spec.kwargs, **spec.send_options()))
         payloads.append((spec.args, spec.kwargs))
-        prints.append(fingerprint)
-    check_keys_unused(app, body.jobs, prints)
-    jobs = app.plumbing.insert_jobs(inserts, payloads=payloads)
-    for n, (job, spec, fingerprint) in enumerate(zip(jobs, body.jobs, prints, strict=True)):
-        if fingerprint is not None and not job.created:
-            # a request racing this one took the key since check_keys_unused read:
-            # refused all the same (this call's other jobs are written by now)
-            check_same_request(job, spec, fingerprint, f"jobs[{n}]")
+    try:
+        jobs = app.plumbing.insert_jobs(inserts, payloads=payloads)
+    except KeyReused as exc:
+        raise exc.named(f"jobs[{exc.index or 0}].idempotency_key") from None
     created = sum(j.created for j in jobs)
     response.status_code = 201 if created else 200
     return {
@@ -258,66 +247,6 @@ def list_actions(app: Facade, limit: Annotated[int, Query(ge=1, le=1000)] = 50) 
 )
 def get_action(action_id: Annotated[Key, Path(max_length=64)], app: Facade) -> Any:
     return serialize.action(app.plumbing.bulk_action(action_id))
-
-
-def request_fingerprint(body: JobCreate) -> str:
-    """What a request asked for, as a hash: every field it set but the key itself."""
-    fields = body.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
-    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def fingerprinted(insert: JobInsert, body: JobCreate) -> tuple[JobInsert, str | None]:
-    """A job sent under an idempotency key carries its request's fingerprint in a
-    header, for a repeat to be compared with (None: no key, nothing to keep)."""
-    if insert.idempotency_key is None:
-        return insert, None
-    fingerprint = request_fingerprint(body)
-    headers = {serialize.FINGERPRINT_HEADER: fingerprint}
-    return insert._replace(args_json=with_headers(insert.args_json, headers)), fingerprint
-
-
-def check_keys_unused(app: Conveyor, specs: list[JobCreate], prints: list[str | None]) -> None:
-    """Before a bulk create writes anything: 422 when an idempotency key names a
-    different request, an earlier one's or another item's of this call (the
-    insert would return that job, and the call's other jobs be written)."""
-    first: dict[str, tuple[int, str]] = {}
-    for n, (spec, fingerprint) in enumerate(zip(specs, prints, strict=True)):
-        if spec.idempotency_key is None or fingerprint is None:
-            continue
-        seen = first.setdefault(spec.idempotency_key, (n, fingerprint))
-        if seen[1] != fingerprint:
-            raise KeyReused(
-                spec.idempotency_key,
-                f"by jobs[{seen[0]}] of this call",
-                name=f"jobs[{n}].idempotency_key",
-            )
-    if not first:
-        return
-    earlier = app.list_jobs(
-        JobFilter(idempotency_keys=tuple(first)), limit=len(first), primary=True
-    )
-    for job in earlier:
-        n, fingerprint = first[job.idempotency_key or ""]
-        check_same_request(job, specs[n], fingerprint, f"jobs[{n}]")
-
-
-def check_same_request(job: Job, body: JobCreate, fingerprint: str, source: str) -> None:
-    """422 unless the job an idempotency key named was created by this same
-    request (a retry): as payment APIs do, a key reused for a different request is
-    an error, not the first request's answer. A job created without a fingerprint
-    (by Python's ``send``, the bulk call, or an older version) is compared on its
-    task and arguments, all it kept of the request."""
-    stored = job.headers.get(serialize.FINGERPRINT_HEADER)
-    if stored is not None:
-        same = stored == fingerprint
-    else:
-        same = (job.task, job.args, job.kwargs) == (body.task, body.args, body.kwargs)
-    if not same:
-        name = {"header": "Idempotency-Key", "field": "idempotency_key"}.get(
-            source, f"{source}.idempotency_key"
-        )
-        raise KeyReused(job.idempotency_key or "", f"job {job.id}, task {job.task!r}", name=name)
 
 
 def page(key: str, items: list[Any], limit: int, last_id: int, *more: object) -> dict[str, Any]:
