@@ -348,6 +348,16 @@ def test_enqueue_by_name_checks_registered_tasks_and_sends_others(app, send_emai
     )
     with pytest.raises(ConfigError, match="task name"):
         app.enqueue("")
+    # arguments of the wrong shape: said so, nothing written (a string was its letters)
+    before = app.count_jobs()
+    for args, kwargs, said in [
+        ("a.png", None, r"args of task 'resize': a list or tuple .* str 'a.png': pass \['a.png'\]"),
+        ({"w": 1}, None, "got dict .*keyword arguments go in kwargs"),
+        (["a.png"], "w=1", "kwargs of task 'resize': a dict of keyword arguments, got str"),
+    ]:
+        with pytest.raises(ConfigError, match=said):
+            app.enqueue("resize", args, kwargs)  # type: ignore[arg-type]
+    assert app.count_jobs() == before
     # the task object where its name goes: said so, and how to send it
     with pytest.raises(ConfigError, match=r"takes the task's name, 'send_email'.*send_email\.send"):
         app.enqueue(send_email, ["a@b.c"])  # type: ignore[arg-type]

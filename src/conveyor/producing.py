@@ -59,6 +59,7 @@ class Producer:
     ) -> Job:
         """One job of the task named ``task`` (``Conveyor.enqueue``)."""
         conn = options.pop("conn", None)
+        check_call_shape(task, args, kwargs)
         insert = self._task_for(task).build(args, kwargs or {}, **options)
         return self.insert_jobs([insert], conn=conn, payloads=[(args, kwargs or {})])[0]
 
@@ -290,6 +291,26 @@ def _job_template(app: JobApp, ins: JobInsert, now: datetime) -> dict[str, Any]:
         tenant=ins.tenant,
         stage=ins.stage,
     )
+
+
+def check_call_shape(task: str, args: Any, kwargs: Any) -> None:
+    """``enqueue``'s arguments are a list (or tuple) and a dict: a string would be
+    read as a list of its characters, a dict as its keys."""
+    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
+        fix = (
+            "keyword arguments go in kwargs, after args"
+            if isinstance(args, Mapping)
+            else f"pass [{args!r:.60}]"
+        )
+        raise ConfigError(
+            f"args of task {task!r}: a list or tuple of positional arguments, got"
+            f" {type(args).__name__} {args!r:.60}: {fix}"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ConfigError(
+            f"kwargs of task {task!r}: a dict of keyword arguments, got"
+            f" {type(kwargs).__name__} {kwargs!r:.60}"
+        )
 
 
 def fingerprinted(insert: JobInsert, asked: JobInsert) -> JobInsert:

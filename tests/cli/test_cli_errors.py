@@ -233,3 +233,35 @@ def test_a_payload_nested_too_deeply_is_one_error_line_and_stores_nothing(
     assert expected in line, line
     listed = invoke("jobs", "list", "--json", url=url)
     assert listed.exit_code == 0 and listed.stdout.strip() == "[]", listed.output
+
+
+def test_a_database_url_after_the_subcommand_is_the_global_one(
+    invoke: Invoke, tmp_path: Path
+) -> None:
+    """`-d URL` where a user types it, after the subcommand (as `--app` may be):
+    moved before it; not past `--`, not for `bench`, whose -d is its own."""
+    from conveyor.cli.core import url_first
+
+    db = tmp_path / "after.db"
+    url = f"sqlite:///{db}"
+    assert invoke("migrate", "-d", url).exit_code == 0 and db.exists()
+    for args in (["status", "-d", url], ["jobs", "list", f"--database-url={url}"]):
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+    assert "no jobs" in invoke("jobs", "list", "--state", "failed", "-d", url).output
+    names = ["status", "jobs", "bench"]
+    assert url_first(["jobs", "list", "-d", "U", "--json"], names) == [
+        "-d", "U", "jobs", "list", "--json",
+    ]  # fmt: skip
+    assert url_first(["bench", "-d", "U"], names) == ["bench", "-d", "U"]
+    assert url_first(["status", "--", "-d", "U"], names) == ["status", "--", "-d", "U"]
+
+
+def test_a_read_command_on_a_missing_sqlite_file_says_so_and_creates_none(
+    invoke: Invoke, tmp_path: Path
+) -> None:
+    db = tmp_path / "conveyor.db"
+    for command in (["status"], ["jobs", "list"], ["queues", "list"]):
+        line = one_error_line(invoke(*command, url=f"sqlite:///{db}"))
+        assert f"no database at {db}" in line and "-d URL" in line
+    assert not db.exists()

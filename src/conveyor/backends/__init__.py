@@ -32,12 +32,7 @@ def open_backend(url: str) -> Backend:
         return MySQLBackend(url)
     if scheme == "sqlite":
         parts = urlsplit(url)
-        if parts.netloc:
-            raise ConfigError(
-                f"malformed SQLite URL {url!r}: use three slashes for a relative path "
-                "(sqlite:///conveyor.db) or four for an absolute one (sqlite:////var/lib/app.db)"
-            )
-        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        path = sqlite_file(url) or ""
         options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         unknown = set(options) - {"synchronous", "busy_timeout"}
         if unknown:
@@ -59,3 +54,17 @@ def open_backend(url: str) -> Backend:
             path, synchronous=options.get("synchronous", "full"), busy_timeout_s=busy
         )
     raise ConfigError(f"unsupported database URL {url!r}: expected {SUPPORTED}")
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file a ``sqlite:`` URL names, as given (relative to the working
+    directory, or absolute); None for another kind of URL."""
+    if not isinstance(url, str) or not url.lower().startswith("sqlite:"):
+        return None
+    parts = urlsplit(url)
+    if parts.netloc:
+        raise ConfigError(
+            f"malformed SQLite URL {url!r}: use three slashes for a relative path "
+            "(sqlite:///conveyor.db) or four for an absolute one (sqlite:////var/lib/app.db)"
+        )
+    return parts.path[1:] if parts.path.startswith("/") else parts.path

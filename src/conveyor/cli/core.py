@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -12,6 +13,7 @@ import click
 from click.core import ParameterSource
 
 from ..app import Conveyor
+from ..backends import sqlite_file
 from ..errors import ConveyorError
 from ..loading import load_app
 
@@ -60,6 +62,9 @@ class ConveyorGroup(click.Group):
             self.add_command(command, cmd_name)
         return self.commands.get(cmd_name)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, url_first(args, {*self.commands, *self.lazy}))
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -91,6 +96,40 @@ class ConveyorGroup(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+#: subcommands with a -d of their own
+_OWN_URL = frozenset({"bench"})
+_URL_OPTIONS = ("-d", "--database-url")
+
+
+def url_first(args: list[str], commands: Iterable[str]) -> list[str]:
+    """The command line with a ``-d URL`` (``--database-url``) typed after the
+    subcommand moved before it, where the root group reads it: ``conveyor
+    worker --app myapp:app -d URL`` works as ``--app`` does after the subcommand.
+    Not for a subcommand with a ``-d`` of its own, nor past ``--``."""
+    names = set(commands)
+    at = next((i for i, a in enumerate(args) if a in names), None)
+    if at is None or args[at] in _OWN_URL or any(a == "--" for a in args[:at]):
+        return args
+    moved: list[str] = []
+    rest: list[str] = []
+    i = at + 1
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest.extend(args[i:])
+            break
+        if a in _URL_OPTIONS and i + 1 < len(args):
+            moved += [a, args[i + 1]]
+            i += 2
+            continue
+        if a.startswith("--database-url=") or (a.startswith("-d") and len(a) > 2 and a[2] != "-"):
+            moved.append(a)
+        else:
+            rest.append(a)
+        i += 1
+    return [*args[:at], *moved, args[at], *rest] if moved else args
+
+
 @dataclass
 class State:
     """Global options, and the app built from them on first use."""
@@ -101,11 +140,15 @@ class State:
     app_spec: str | None = None
     _app: Conveyor | None = None
 
-    def app(self, *, need_tasks: bool = False, auto_migrate: bool = False) -> Conveyor:
+    def app(
+        self, *, need_tasks: bool = False, auto_migrate: bool = False, create: bool = False
+    ) -> Conveyor:
         """The Conveyor to use: the ``--app`` one if given, else a bare one on the URL.
 
         A bare app does not migrate on its own (``auto_migrate=False``): inspecting a
-        database that has no schema should say so, not silently create one.
+        database that has no schema should say so, not silently create one, nor
+        leave an empty SQLite file behind (unless the command makes the schema:
+        ``create``).
         """
         if self._app is not None:
             return self._app
@@ -120,6 +163,18 @@ class State:
                 "--app module:attribute (e.g. --app myapp:app) or set CONVEYOR_APP"
             )
         else:
+            path = sqlite_file(self.database_url)
+            if (
+                path
+                and not (auto_migrate or create)
+                and not os.path.exists(path)
+                and os.path.isdir(os.path.dirname(os.path.abspath(path)))  # (else: says so)
+            ):
+                raise CliError(
+                    f"no database at {os.path.abspath(path)}: a worker or `conveyor migrate`"
+                    " creates it (in another directory? pass -d URL or set"
+                    " CONVEYOR_DATABASE_URL)"
+                )
             app = Conveyor(self.database_url, auto_migrate=auto_migrate)
         # Release connections when the command ends, even on error.
         click.get_current_context().call_on_close(app.close)

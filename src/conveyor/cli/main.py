@@ -72,7 +72,7 @@ def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     \b
     conveyor migrate                         create or upgrade the schema
     conveyor worker --app myapp:app          run a worker
-    conveyor enqueue send_email --app myapp:app --args '["a@b.c"]'
+    conveyor enqueue send_email --app myapp:app --args '["a@b.c", "hi"]'
     conveyor status                          jobs per queue and state, live workers
     conveyor jobs list --state failed        inspect, retry and cancel jobs
     conveyor batches show 7 --follow         watch a batch until it closes
@@ -101,7 +101,7 @@ def migrate(state: State) -> None:
 
     Safe to run from several places at once; workers also migrate on start.
     """
-    app = state.app()
+    app = state.app(create=True)
     applied = app.migrate()
     version, _latest = app.schema_version()
     if applied:
@@ -167,7 +167,7 @@ def enqueue(
     """Enqueue one job of TASK and print its id.
 
     \b
-    conveyor enqueue send_email --app myapp:app --args '["a@b.c"]' --delay 60
+    conveyor enqueue send_email --app myapp:app --args '["a@b.c", "hi"]' --delay 60
     conveyor enqueue resize --args '["a.png"]' --queue images    (no --app: by name)
 
     With --app, TASK must be one of its tasks (its arguments are checked against

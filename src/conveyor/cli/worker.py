@@ -185,7 +185,7 @@ def worker(
     database schema is newer than this code (at start, or while it runs), 1 when a
     --burst worker's claim fails.
     """
-    app = state.app(need_tasks=resolver == "registered")
+    app = state.app(need_tasks=resolver == "registered", create=True)
     configure_logging(log_level, log_format)
     if metrics_port is not None:
         from ..observability.metrics import WorkerMetrics
