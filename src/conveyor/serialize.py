@@ -318,11 +318,14 @@ def state_counts(counts: Mapping[str, int]) -> dict[str, int]:
 
 def cli_queue(info: QueueInfo) -> dict[str, Any]:
     """A queue as ``conveyor queues list --json`` shows it: its name, whether it is
-    paused, its limit on running jobs, and a count for every state."""
+    paused, its limit on running jobs, its rate limit (jobs a second and burst, or
+    None), and a count for every state."""
     return {
         "name": info.name,
         "paused": bool(info.paused),
         "max_running": info.max_running,
+        "rate_per_s": info.rate_per_s,
+        "rate_burst": info.rate_burst,
         "counts": state_counts(info.counts),
     }
 

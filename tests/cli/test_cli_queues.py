@@ -23,6 +23,8 @@ def test_pause_resume_limit_round_trip(invoke: Invoke, db_url: str, producer: Co
         "name": "default",
         "paused": False,
         "max_running": None,
+        "rate_per_s": None,
+        "rate_burst": None,
         "counts": {
             "scheduled": 0,
             "available": 1,
@@ -121,6 +123,10 @@ def test_queue_rate_limit_round_trip(invoke: Invoke, db_url: str, producer: Conv
     ok = invoke("queues", "rate", "llm", "100/m", "--burst", "5", "--force", url=db_url)
     assert ok.exit_code == 0, ok.output
     assert "100/m" in ok.output and "5" in ok.output
+    # seen where the queue is listed: as given, and in JSON
+    assert "100/m (burst 5)" in invoke("queues", "list", url=db_url).output
+    shown = listed(invoke, db_url)["llm"]
+    assert (round(shown["rate_per_s"], 4), shown["rate_burst"]) == (1.6667, 5.0)
     bad = invoke("queues", "rate", "llm", "fast", url=db_url)
     assert bad.exit_code == 2 and "COUNT/UNIT" in bad.output
     off = invoke("queues", "rate", "llm", "--none", url=db_url)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -382,8 +383,21 @@ def print_batch_summary(con: Console, app: Conveyor, batch: Batch) -> None:
         con.print(f"  on_complete {BATCH_CALLBACK} (job {job.id}) returned {outcome}")
 
 
+def this_command() -> str:
+    """How to run this ``conveyor`` again from here: ``conveyor`` when that is the
+    one on the PATH, else its path (``.venv/bin/conveyor`` after ``make demo``)."""
+    me = sys.argv[0] if sys.argv else ""
+    if os.path.basename(me) != "conveyor":
+        return "conveyor"  # (python -m conveyor)
+    found = shutil.which("conveyor")
+    if found and os.path.realpath(found) == os.path.realpath(me):
+        return "conveyor"
+    rel = os.path.relpath(me)
+    return shlex.quote(rel if not rel.startswith("..") else os.path.abspath(me))
+
+
 def print_next_steps(con: Console, app: Conveyor, url: str, batch: Batch | None = None) -> None:
-    base = f"conveyor -d {shlex.quote(url)}"
+    base = f"{this_command()} -d {shlex.quote(url)}"
     failed = [
         j
         for j in app.list_jobs(state=JobState.FAILED, task="flaky", limit=200)
@@ -398,3 +412,6 @@ def print_next_steps(con: Console, app: Conveyor, url: str, batch: Batch | None 
         lines.append(f"{base} jobs list --batch {batch.id} --state failed")
     for line in lines:
         con.print(Text("  " + line, style="bold"))
+    folder = os.path.dirname(app.url.split("///", 1)[-1]) if app.url.startswith("sqlite") else ""
+    if os.path.basename(folder).startswith("conveyor-demo-"):
+        con.print(f"(the database stays in {folder}: rm -r {shlex.quote(folder)} when done)")

@@ -28,6 +28,7 @@ def queues_group() -> None:
     conveyor queues resume emails
     conveyor queues limit llm 20       at most 20 llm jobs run at once, cluster-wide
     conveyor queues limit llm --none   remove the limit
+    conveyor queues rate llm 100/m     at most 100 llm jobs start a minute, cluster-wide
     """
 
 
@@ -44,6 +45,20 @@ def limit_text(max_running: int | None) -> Text:
     return Text("none", style="dim") if max_running is None else Text(str(max_running))
 
 
+def rate_text(info: QueueInfo) -> Text:
+    """A queue's rate limit as it was given: jobs per second, minute or hour."""
+    rate = info.rate_per_s
+    if rate is None:
+        return Text("none", style="dim")
+    units = [(u, rate * f) for u, f in (("s", 1), ("m", 60), ("h", 3600))]
+    per, n = next(
+        (x for x in units if x[1] >= 1 and abs(x[1] - round(x[1])) < 1e-6),  # 100/m, not 1.667/s
+        next((x for x in units if x[1] >= 1), units[-1]),
+    )
+    burst = f" (burst {info.rate_burst:g})" if info.rate_burst is not None else ""
+    return Text(f"{n:.4g}/{per}{burst}")
+
+
 # -- list ----------------------------------------------------------------------------------
 @queues_group.command("list")
 @json_option
@@ -51,7 +66,7 @@ def limit_text(max_running: int | None) -> Text:
 @pass_state
 def list_queues(state: State, as_json: bool) -> None:
     """List every queue that has jobs or settings: paused or not, its limit on running
-    jobs (across every worker), and its jobs per state."""
+    jobs (across every worker), its rate limit, and its jobs per state."""
     queues = state.app().queues()
     if as_json:
         echo_json([serialize.cli_queue(q) for q in queues])
@@ -63,6 +78,7 @@ def list_queues(state: State, as_json: bool) -> None:
     table.add_column("queue", overflow="fold")
     table.add_column("paused")
     table.add_column("max running", justify="right")
+    table.add_column("rate", justify="right")
     for name in STATES:
         table.add_column(name, justify="right", header_style=f"bold {STATE_STYLES[name]}")
     for q in queues:
@@ -71,6 +87,7 @@ def list_queues(state: State, as_json: bool) -> None:
             cell(q.name),
             paused_text(q.paused),
             limit_text(q.max_running),
+            rate_text(q),
             *(Text(str(counts[s]), style="" if counts[s] else "dim") for s in STATES),
         )
     console().print(table)
