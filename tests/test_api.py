@@ -97,6 +97,13 @@ def test_options_bind_send_options_to_a_task(app, send_email):
         conn.close()
     with pytest.raises(JobNotFound):
         app.get_job(kept.id)
+    # tenant: an option of options() only (a handler may have a parameter so named)
+    acme = send_email.options(tenant="acme")
+    sent = [acme.send("t@b.c", body="x"), asyncio.run(acme.asend("u@b.c"))]
+    assert [app.get_job(j.id).tenant for j in sent] == ["acme", "acme"]
+    assert app.get_job(sent[0].id).kwargs == {"body": "x"}
+    with pytest.raises(ConfigError, match=r"options\(\), not of send\(\): send_email.options"):
+        send_email.send("v@b.c", tenant="acme")  # type: ignore[call-arg]
 
 
 #: a job's fields that a read gives back as they were sent (not id, args, times)

@@ -114,6 +114,8 @@ class SendOptions(TypedDict, total=False):
     backoff: Backoff | dict[str, Any] | None
     pinned_to: Sequence[str] | str | None
     run_at: datetime | None
+    #: ``task.options(tenant=...)`` only (a handler may have a ``tenant`` parameter)
+    tenant: str | None
 
 
 #: options of ``app.enqueue`` (by name) on top of SEND_OPTIONS: names a handler
@@ -517,7 +519,15 @@ class Task(Generic[P, R]):
             try:
                 self.signature.bind(*args, **kwargs)
             except TypeError as exc:
-                raise BadArguments(f"bad arguments for task {self.name!r}: {exc}") from None
+                hint = ""
+                options = sorted(ENQUEUE_OPTIONS & set(kwargs) - set(self.signature.parameters))
+                if options:
+                    # not send() options (a handler may take arguments of those names)
+                    hint = (
+                        f" ({options[0]!r} is an option of options(), not of send():"
+                        f" {self.name.rsplit('.', 1)[-1]}.options({options[0]}=...).send(...))"
+                    )
+                raise BadArguments(f"bad arguments for task {self.name!r}: {exc}{hint}") from None
 
     def _build(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], template: JobInsert
@@ -619,10 +629,15 @@ class Task(Generic[P, R]):
         the rest go to the handler.
 
         An ``idempotency_key`` seen before returns the job it named (``created`` is
-        False), whatever the arguments: in Python the key is the program's own
-        (periodic ticks and chain steps use keys so). ``POST /v1/jobs`` is stricter:
-        a different request under a key already used is refused (422)."""
+        False); sent with other arguments it raises ``KeyReused`` and writes
+        nothing, as ``POST /v1/jobs`` answers 422 (options and ``sensitive``
+        arguments are not compared)."""
         kwargs, options = self._split(kwargs)
+        return self._send(args, kwargs, options)
+
+    def _send(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], options: dict[str, Any]
+    ) -> Job[R]:
         conn = options.pop("conn", None)
         insert = self.build(args, kwargs, **options)
         return self.app.insert_jobs([insert], conn=conn, payloads=[(args, kwargs)])[0]
@@ -876,14 +891,22 @@ class Sender(Generic[P, R]):
         return f"<Sender {self.task.name} {self.options}>"
 
     def send(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
-        """``task.send`` with these options."""
-        send: Callable[..., Job[R]] = self.task.send
-        return send(*args, **{**self.options, **kwargs})
+        """``task.send`` with these options (``tenant`` among them: not a keyword of
+        ``send``, where a handler's parameter may have that name)."""
+        handler_kwargs, options = self.task._split(dict(kwargs))
+        return self.task._send(args, handler_kwargs, {**self.options, **options})
 
     async def asend(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """``task.asend`` with these options (an async SQLAlchemy ``conn`` among them)."""
-        asend: Callable[..., Awaitable[Job[R]]] = self.task.asend
-        return await asend(*args, **{**self.options, **kwargs})
+        handler_kwargs, options = self.task._split(dict(kwargs))
+        options = {**self.options, **options}
+        conn = options.pop("conn", None)
+        task = self.task
+        return await call_with(
+            conn,
+            lambda c: task._send(args, handler_kwargs, {**options, "conn": c}),
+            warm=task.app.cached_task_settings,
+        )
 
     def s(self, *args: P.args, **kwargs: P.kwargs) -> Step:
         """``task.s`` with these options, for chains (``conn`` is the chain's own)."""
