@@ -2,14 +2,18 @@
 no request leaving the server; a batch's bar moves while a worker runs, with no
 reload; actions work with a token that allows them and are neither shown nor
 accepted with a read token; sending a job by hand shows a bad argument next to
-its field. Why a job waits is read from the engine (tested on the façade too)."""
+its field; links carry queue and task names URL-encoded. Why a job waits is read
+from the engine (tested on the façade too)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -150,6 +154,54 @@ def test_a_cookie_alone_cannot_change_anything(server, producer) -> None:
         assert refused.status_code == 403
         assert "x-conveyor-dashboard" in refused.json()["detail"]
     assert producer.get_job(ids["job"]).state == "available"
+
+
+class _Links(HTMLParser):
+    """Each link's text and its href as a browser reads it (entities decoded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self.links.append((data, self._href))
+            self._href = None
+
+
+def _follow(c: httpx.Client, page: str, text: str) -> list[set[int]]:
+    """Follow each link on ``page`` whose text is ``text`` (or starts with it, for
+    ``text`` ending in a space) as a browser does (the fragment stays in the
+    browser): the ids of the jobs listed where each leads."""
+    parser = _Links()
+    parser.feed(c.get(page).text)
+    out = []
+    for t, href in parser.links:
+        if t == text or (text.endswith(" ") and t.startswith(text)):
+            listed = c.get(urljoin(str(c.base_url.join(page)), href).split("#")[0])
+            assert listed.status_code == 200, listed.text
+            out.append({int(m) for m in re.findall(r'href="/jobs/(\d+)"', listed.text)})
+    return out
+
+
+def test_links_carry_queue_and_task_names_url_encoded(server) -> None:
+    odd, task = "a&b#c+d%", "t&state=failed#x"
+    with server.client() as c:
+        ids = {}
+        for queue in (odd, "a"):  # without encoding, the link would open queue "a"
+            r = c.post("/v1/jobs", json={"task": task, "queue": queue})
+            assert r.status_code == 201, r.text
+            ids[queue] = r.json()["id"]
+        assert _follow(c, "/", odd) == [{ids[odd]}]  # the queue's row
+        assert _follow(c, f"/jobs/{ids[odd]}", odd) == [{ids[odd]}]  # the job's queue
+        # waiting with no live worker: each link names its queue and the task
+        unserved = _follow(c, "/", "1 \u00d7 ")
+        assert sorted(unserved, key=min) == [{ids[odd]}, {ids["a"]}]
 
 
 def test_sending_by_hand_checks_the_arguments_first(server, page, producer) -> None:
