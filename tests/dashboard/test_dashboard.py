@@ -7,6 +7,8 @@ from the engine (tested on the façade too)."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 import subprocess
@@ -338,6 +340,46 @@ def test_sensitive_arguments_never_reach_the_page(server, page) -> None:
         assert "hunter2" not in page.content(), path
     page.goto(f"{server.url}/jobs/{job}")
     assert "***" in page.locator("pre").first.inner_text()
+
+
+def _prefilled(c: httpx.Client, job_id: int) -> tuple[list, dict, str]:
+    """What "Run again with these arguments" fills in: args, kwargs, and the note."""
+    page = c.get("/trigger", params={"again": job_id})
+    assert page.status_code == 200, page.text
+    assert "hunter2" not in page.text
+    assert "***" not in page.text  # sent back, it would run the task with "***"
+    fields = {
+        name: json.loads(html.unescape(text))
+        for name, text in re.findall(r'<textarea name="(\w+)"[^>]*>(.*?)</textarea>', page.text)
+    }
+    note = re.search(r'<p class="warn" id="sensitive-note">(.*?)</p>', page.text)
+    return fields["args"], fields["kwargs"], html.unescape(note.group(1)) if note else ""
+
+
+def test_run_again_leaves_sensitive_arguments_out_and_names_them(server, producer) -> None:
+    with server.client() as c:
+        by_position = c.post("/v1/jobs", json={"task": "sign_up", "args": ["bob", "hunter2"]})
+        by_name = c.post(
+            "/v1/jobs",
+            json={"task": "sign_up", "kwargs": {"user": "al", "password": "hunter2"}},
+        )
+        plain = c.post("/v1/jobs", json={"task": "add", "args": [1, 2]})
+        ids = [r.json()["id"] for r in (by_position, by_name, plain)]
+
+        args, kwargs, note = _prefilled(c, ids[0])
+        assert (args, kwargs) == (["bob"], {}) and "enter again: password (argument 2)" in note
+        args, kwargs, note = _prefilled(c, ids[1])
+        assert (args, kwargs) == ([], {"user": "al"}) and "enter again: password." in note
+        assert _prefilled(c, ids[2]) == ([1, 2], {}, "")
+        # what is filled in, with the password entered again, is a job that runs
+        again = c.post(
+            "/v1/jobs", json={"task": "sign_up", "args": ["bob"], "kwargs": {"password": "x"}}
+        )
+        assert again.status_code == 201, again.text
+    _, read = producer.create_token("read")
+    wait_for(lambda: httpx.get(server.url + "/v1/jobs").status_code == 401, what="auth on")
+    with httpx.Client(base_url=server.url, cookies={"conveyor_token": read}) as c:
+        assert _prefilled(c, ids[0])[:2] == (["bob"], {})  # a read token recovers nothing
 
 
 #: where the guide's screenshots go when asked (``CONVEYOR_SCREENSHOTS=docs/images``);

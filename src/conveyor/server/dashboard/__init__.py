@@ -540,9 +540,8 @@ async def trigger(request: Request, ctx: Ctx, again: int | None = Query(None)) -
         if again is not None:
             shown = serialize.job(app.get_job(again))  # sensitive values stay hidden
             preset = {
+                **_again(shown),
                 "task": shown["task"],
-                "args": json.dumps(shown["args"]),
-                "kwargs": json.dumps(shown["kwargs"]),
                 "queue": shown["queue"],
                 "priority": shown["base_priority"] or shown["priority"],
             }
@@ -553,6 +552,33 @@ async def trigger(request: Request, ctx: Ctx, again: int | None = Query(None)) -
     except JobNotFound:
         return error_page(404, f"no job with id {again}")
     return render("trigger.html", request, who, **data)
+
+
+def _again(shown: dict[str, Any]) -> dict[str, Any]:
+    """A job's arguments to send again, without its sensitive ones: shown as
+    ``***``, sent back they would run the task with ``"***"``. A keyword one is
+    left out; a positional one, and those after it (a list cannot skip it), too.
+    ``sensitive``: what the person must enter again, by name."""
+    positions, declared = serialize.sensitive_parameters(shown["task"])
+    args, kwargs = shown["args"], shown["kwargs"]
+    missing = [name for name in sorted(declared) if name in kwargs]
+    kwargs = {k: v for k, v in kwargs.items() if k not in declared}
+    dropped: list[str] = []
+    if isinstance(args, list):
+        cut = min((p for p in positions if p < len(args)), default=len(args))
+        for i in range(cut, len(args)):
+            names = sorted(n for n, at in declared.items() if i in at)
+            if names:
+                missing.append(f"{' or '.join(names)} (argument {i + 1})")
+            else:
+                dropped.append(f"argument {i + 1}")
+        args = args[:cut]
+    return {
+        "args": json.dumps(args),
+        "kwargs": json.dumps(kwargs),
+        "sensitive": missing,
+        "after": dropped,
+    }
 
 
 def _local(target: str) -> str:
