@@ -59,6 +59,8 @@ def plain(value: Any) -> Any:
 #: server without the app hides them too). Only ever added to: two apps' tasks
 #: of one name both hide what either declares.
 _SENSITIVE: dict[str, tuple[frozenset[int], frozenset[str]]] = {}
+#: task name -> each sensitive parameter's name -> its position(s), to name them
+_DECLARED: dict[str, dict[str, frozenset[int | None]]] = {}
 HIDDEN = "***"
 
 
@@ -68,6 +70,16 @@ def hide_arguments(task: str, parameters: Mapping[str, int | None]) -> None:
     positions, names = _SENSITIVE.get(task, (frozenset(), frozenset()))
     more = {p for p in parameters.values() if p is not None}
     _SENSITIVE[task] = (positions | more, names | set(parameters))
+    declared = _DECLARED.setdefault(task, {})
+    for name, position in parameters.items():
+        declared[name] = declared.get(name, frozenset()) | {position}
+
+
+def sensitive_parameters(task: str) -> tuple[frozenset[int], dict[str, frozenset[int | None]]]:
+    """What ``job`` hides of ``task``'s jobs: the positions, and each parameter by
+    name with its position(s) (None: by keyword only)."""
+    positions, _ = _SENSITIVE.get(task, (frozenset(), frozenset()))
+    return positions, dict(_DECLARED.get(task, {}))
 
 
 def job(record: JobRecord, *, redact: Iterable[str] = ()) -> dict[str, Any]:

@@ -2,14 +2,20 @@
 no request leaving the server; a batch's bar moves while a worker runs, with no
 reload; actions work with a token that allows them and are neither shown nor
 accepted with a read token; sending a job by hand shows a bad argument next to
-its field. Why a job waits is read from the engine (tested on the façade too)."""
+its field; links carry queue and task names URL-encoded. Why a job waits is read
+from the engine (tested on the façade too)."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -152,6 +158,54 @@ def test_a_cookie_alone_cannot_change_anything(server, producer) -> None:
     assert producer.get_job(ids["job"]).state == "available"
 
 
+class _Links(HTMLParser):
+    """Each link's text and its href as a browser reads it (entities decoded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self.links.append((data, self._href))
+            self._href = None
+
+
+def _follow(c: httpx.Client, page: str, text: str) -> list[set[int]]:
+    """Follow each link on ``page`` whose text is ``text`` (or starts with it, for
+    ``text`` ending in a space) as a browser does (the fragment stays in the
+    browser): the ids of the jobs listed where each leads."""
+    parser = _Links()
+    parser.feed(c.get(page).text)
+    out = []
+    for t, href in parser.links:
+        if t == text or (text.endswith(" ") and t.startswith(text)):
+            listed = c.get(urljoin(str(c.base_url.join(page)), href).split("#")[0])
+            assert listed.status_code == 200, listed.text
+            out.append({int(m) for m in re.findall(r'href="/jobs/(\d+)"', listed.text)})
+    return out
+
+
+def test_links_carry_queue_and_task_names_url_encoded(server) -> None:
+    odd, task = "a&b#c+d%", "t&state=failed#x"
+    with server.client() as c:
+        ids = {}
+        for queue in (odd, "a"):  # without encoding, the link would open queue "a"
+            r = c.post("/v1/jobs", json={"task": task, "queue": queue})
+            assert r.status_code == 201, r.text
+            ids[queue] = r.json()["id"]
+        assert _follow(c, "/", odd) == [{ids[odd]}]  # the queue's row
+        assert _follow(c, f"/jobs/{ids[odd]}", odd) == [{ids[odd]}]  # the job's queue
+        # waiting with no live worker: each link names its queue and the task
+        unserved = _follow(c, "/", "1 \u00d7 ")
+        assert sorted(unserved, key=min) == [{ids[odd]}, {ids["a"]}]
+
+
 def test_sending_by_hand_checks_the_arguments_first(server, page, producer) -> None:
     page.goto(server.url + "/trigger")
     page.fill("input[name=task]", "add")
@@ -286,6 +340,46 @@ def test_sensitive_arguments_never_reach_the_page(server, page) -> None:
         assert "hunter2" not in page.content(), path
     page.goto(f"{server.url}/jobs/{job}")
     assert "***" in page.locator("pre").first.inner_text()
+
+
+def _prefilled(c: httpx.Client, job_id: int) -> tuple[list, dict, str]:
+    """What "Run again with these arguments" fills in: args, kwargs, and the note."""
+    page = c.get("/trigger", params={"again": job_id})
+    assert page.status_code == 200, page.text
+    assert "hunter2" not in page.text
+    assert "***" not in page.text  # sent back, it would run the task with "***"
+    fields = {
+        name: json.loads(html.unescape(text))
+        for name, text in re.findall(r'<textarea name="(\w+)"[^>]*>(.*?)</textarea>', page.text)
+    }
+    note = re.search(r'<p class="warn" id="sensitive-note">(.*?)</p>', page.text)
+    return fields["args"], fields["kwargs"], html.unescape(note.group(1)) if note else ""
+
+
+def test_run_again_leaves_sensitive_arguments_out_and_names_them(server, producer) -> None:
+    with server.client() as c:
+        by_position = c.post("/v1/jobs", json={"task": "sign_up", "args": ["bob", "hunter2"]})
+        by_name = c.post(
+            "/v1/jobs",
+            json={"task": "sign_up", "kwargs": {"user": "al", "password": "hunter2"}},
+        )
+        plain = c.post("/v1/jobs", json={"task": "add", "args": [1, 2]})
+        ids = [r.json()["id"] for r in (by_position, by_name, plain)]
+
+        args, kwargs, note = _prefilled(c, ids[0])
+        assert (args, kwargs) == (["bob"], {}) and "enter again: password (argument 2)" in note
+        args, kwargs, note = _prefilled(c, ids[1])
+        assert (args, kwargs) == ([], {"user": "al"}) and "enter again: password." in note
+        assert _prefilled(c, ids[2]) == ([1, 2], {}, "")
+        # what is filled in, with the password entered again, is a job that runs
+        again = c.post(
+            "/v1/jobs", json={"task": "sign_up", "args": ["bob"], "kwargs": {"password": "x"}}
+        )
+        assert again.status_code == 201, again.text
+    _, read = producer.create_token("read")
+    wait_for(lambda: httpx.get(server.url + "/v1/jobs").status_code == 401, what="auth on")
+    with httpx.Client(base_url=server.url, cookies={"conveyor_token": read}) as c:
+        assert _prefilled(c, ids[0])[:2] == (["bob"], {})  # a read token recovers nothing
 
 
 #: where the guide's screenshots go when asked (``CONVEYOR_SCREENSHOTS=docs/images``);

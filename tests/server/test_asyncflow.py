@@ -357,3 +357,27 @@ def test_failed_cancelled_and_a_hold_past_its_deadline(api, producer):
     assert t["status"] == 4 and "cancel" in json.loads(t["scheduleLog"])["LastData"]["ErrMsg"]
     failed = ok(api.get("/api/task/getUserTaskList", params={"userId": "u", "statusList": "4"}))
     assert sorted(x["taskId"] for x in failed["taskList"]) == sorted(ids[1:])
+
+
+def test_a_hold_past_its_deadline_is_fenced_only_until_the_task_is_held_again(api):
+    # the limit docs/guides/server.md states: setTask names no hold (no token), so
+    # once the task is held again, the expired hold's setTask counts as the new one's
+    api.patch("/v1/tasks/Relay/settings", json={"max_processing_s": 0.5, "max_attempts": 3})
+    task_id = ok(api.post("/api/task/createTask", json={"taskData": {"taskType": "Relay"}}))[
+        "taskId"
+    ]
+
+    def status() -> int:
+        return ok(api.get("/api/task/getTask", params={"taskId": task_id}))["taskData"]["status"]
+
+    ok(api.post("/api/task/hold_task", params={"taskType": "Relay", "status": 1}))  # the first
+    wait_for(lambda: status() == 1, what="the expired hold to be taken back")
+    expired = api.post("/api/task/setTask", json={"taskId": task_id, "status": 3})
+    assert expired.json()["code"] == 409  # nobody holds it: refused
+    api.patch("/v1/tasks/Relay/settings", json={"max_processing_s": 60})
+    again = ok(api.post("/api/task/hold_task", params={"taskType": "Relay", "status": 1}))
+    assert [t["taskId"] for t in again["taskList"]] == [task_id]  # the second hold
+    late = api.post("/api/task/setTask", json={"taskId": task_id, "status": 3})
+    assert late.json()["code"] == 0 and status() == 3  # the first holder's, taken
+    second = api.post("/api/task/setTask", json={"taskId": task_id, "status": 4})
+    assert second.json()["code"] == 409 and status() == 3

@@ -157,6 +157,19 @@ def test_every_answer_carries_the_security_headers(sqlite_server) -> None:
         assert refused.headers["x-frame-options"] == "DENY"
 
 
+def test_what_the_client_sent_is_escaped_on_the_dashboards_error_pages(sqlite_server) -> None:
+    # uvicorn takes the client's address from X-Forwarded-For when the peer is
+    # 127.0.0.1: on an open server the 401 page names that "address"
+    server = sqlite_server()
+    attack = "<img src=x onerror=alert(1)>"
+    with server.client() as api:
+        r = api.get("/", headers={"X-Forwarded-For": attack})
+        assert r.status_code == 401 and r.headers["content-type"].startswith("text/html")
+        assert "<img" not in r.text and "&lt;img src=x onerror=alert(1)&gt;" in r.text
+        r = api.get("/workflows", params={"state": attack})
+        assert r.status_code == 422 and "<img" not in r.text and "&lt;img" in r.text
+
+
 def _slow_sockets(port: int, n: int) -> tuple[list[socket.socket], list[socket.socket]]:
     """``n`` connections: half send nothing, half start a request and never finish it."""
     silent, trickling = [], []

@@ -236,3 +236,40 @@ def test_an_outcome_needs_the_token_and_the_worker_it_was_given_to(api, producer
     assert producer.job_attempts(job.id) == []
     done = api.post(f"/v1/leases/{job.id}/complete", json={**stolen, "worker": "a", "result": 2})
     assert done.status_code == 200 and producer.get_job(job.id).result == 2
+
+
+def test_outcomes_of_a_job_whose_cancel_was_requested_while_it_ran(api, producer):
+    # what docs/guides/server.md says: the outcome is taken (200) and the job ends
+    # cancelled, unless the worker reports it failed for good; 409 `cancelled` is for
+    # an outcome that comes after the job already ended cancelled
+    jobs = {kind: producer.enqueue("held_then_cancelled").id for kind in ("c", "f", "p", "s")}
+    leased = api.post(
+        "/v1/leases", json={"worker": "w", "tasks": ["held_then_cancelled"], "limit": 4}
+    ).json()["jobs"]
+    held = {j["id"]: {"worker": "w", "token": j["token"]} for j in leased}
+    assert set(held) == set(jobs.values())
+    for job_id in held:
+        assert producer.cancel_job(job_id) == "requested"
+        beat = api.post(f"/v1/leases/{job_id}/heartbeat", json=held[job_id]).json()
+        assert beat["cancel_requested"] is True
+
+    calls = {
+        "c": ("complete", {"result": 1}),
+        "f": ("fail", {"error": "stopped early"}),  # attempts left: it would retry
+        "p": ("fail", {"error": "broken", "permanent": True}),
+        "s": ("snooze", {"delay_s": 5}),
+    }
+    states = {}
+    for kind, (call, extra) in calls.items():
+        job_id = jobs[kind]
+        r = api.post(f"/v1/leases/{job_id}/{call}", json={**held[job_id], **extra})
+        assert r.status_code == 200, r.text
+        states[kind] = (r.json()["state"], producer.get_job(job_id).state)
+    assert states == {
+        "c": ("cancelled", JobState.CANCELLED),
+        "f": ("cancelled", JobState.CANCELLED),
+        "p": ("failed", JobState.FAILED),
+        "s": ("cancelled", JobState.CANCELLED),
+    }
+    again = api.post(f"/v1/leases/{jobs['c']}/complete", json={**held[jobs["c"]], "result": 2})
+    assert again.status_code == 409 and again.json()["reason"] == "cancelled"

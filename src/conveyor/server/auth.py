@@ -76,6 +76,29 @@ async def authorize(
     return token
 
 
+def _credential(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    """The token a request carries: the Authorization header's, else the dashboard's cookie."""
+    if credentials is not None:
+        return credentials.credentials
+    return request.cookies.get(COOKIE)
+
+
+#: how often, at most, an event stream waits between checks of the token it was opened with
+RECHECK_S = 1.0
+
+
+async def still_allowed(ctx: ServerContext, request: Request, scope: TokenScope) -> bool:
+    """Whether the request's credential (header or cookie) still allows ``scope``,
+    by the same path as ``requires``: an event stream asks this between its reads and
+    ends once its token is revoked (on this server at once, on another within the
+    token cache's ``AUTH_CACHE_S``), instead of delivering events to it for good."""
+    try:
+        await authorize(ctx, request, _credential(request, await bearer(request)), scope)
+    except HTTPException:
+        return False
+    return True
+
+
 def _loopback_only(host: str | None) -> str:
     text = (
         "this server has no active API token, so it serves loopback clients only "
@@ -103,16 +126,19 @@ def requires(scope: TokenScope) -> Any:
         ctx: Ctx,
         credentials: HTTPAuthorizationCredentials | None = Security(bearer),
     ) -> ApiToken | None:
-        raw = credentials.credentials if credentials is not None else None
-        if raw is None and COOKIE in request.cookies:
-            raw = request.cookies[COOKIE]
-            if request.method not in ("GET", "HEAD") and DASHBOARD_HEADER not in request.headers:
-                raise _refuse(
-                    403,
-                    "a change signed in by the dashboard's cookie must come from the "
-                    f"dashboard (the {DASHBOARD_HEADER} header); API clients send "
-                    "`Authorization: Bearer <token>`",
-                )
+        raw = _credential(request, credentials)
+        by_cookie = credentials is None and raw is not None
+        if (
+            by_cookie
+            and request.method not in ("GET", "HEAD")
+            and DASHBOARD_HEADER not in request.headers
+        ):
+            raise _refuse(
+                403,
+                "a change signed in by the dashboard's cookie must come from the "
+                f"dashboard (the {DASHBOARD_HEADER} header); API clients send "
+                "`Authorization: Bearer <token>`",
+            )
         return await authorize(ctx, request, raw, scope)
 
     return Depends(check)

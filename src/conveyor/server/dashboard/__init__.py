@@ -204,8 +204,14 @@ async def viewer(ctx: ServerContext, request: Request) -> Viewer | Response:
         if exc.status_code == 401 and "loopback clients only" not in str(exc.detail):
             target = quote(_here(request) + (f"?{request.url.query}" if request.url.query else ""))
             return RedirectResponse(f"{_root(request)}/login?next={target}", status_code=303)
-        return HTMLResponse(f"<h1>{exc.status_code}</h1><p>{exc.detail}</p>", exc.status_code)
+        return error_page(exc.status_code, str(exc.detail))
     return Viewer(token)
+
+
+def error_page(status: int, text: str) -> HTMLResponse:
+    """A bare error page. Its text is escaped: it may carry what the client sent
+    (an address uvicorn took from ``X-Forwarded-For``, a name in a URL)."""
+    return HTMLResponse(f"<h1>{status}</h1><p>{escape(text)}</p>", status)
 
 
 def render(name: str, request: Request, who: Viewer, **data: Any) -> HTMLResponse:
@@ -403,7 +409,7 @@ async def job(request: Request, job_id: int, ctx: Ctx) -> Response:
     try:
         data = await asyncio.to_thread(gather)
     except JobNotFound:
-        return HTMLResponse(f"<h1>404</h1><p>no job with id {job_id}</p>", 404)
+        return error_page(404, f"no job with id {job_id}")
     return render("job.html", request, who, pretty=_pretty, **data)
 
 
@@ -440,7 +446,7 @@ async def batch(request: Request, batch_id: int, ctx: Ctx) -> Response:
     try:
         data = await asyncio.to_thread(gather)
     except JobNotFound:
-        return HTMLResponse(f"<h1>404</h1><p>no batch with id {batch_id}</p>", 404)
+        return error_page(404, f"no batch with id {batch_id}")
     return render("batch.html", request, who, pretty=_pretty, **data)
 
 
@@ -457,7 +463,7 @@ async def workflows(request: Request, ctx: Ctx, state: str | None = None) -> Res
     try:
         runs = await asyncio.to_thread(gather)
     except ConfigError as exc:
-        return HTMLResponse(f"<h1>422</h1><p>{escape(str(exc))}</p>", 422)
+        return error_page(422, str(exc))
     return render("workflows.html", request, who, workflows=runs, state=state or "")
 
 
@@ -471,7 +477,7 @@ async def workflow(request: Request, workflow_id: JobId, ctx: Ctx) -> Response:
     try:
         run = await asyncio.to_thread(workflow_view, ctx.conveyor, workflow_id)
     except JobNotFound:
-        return HTMLResponse(f"<h1>404</h1><p>no workflow with id {workflow_id}</p>", 404)
+        return error_page(404, f"no workflow with id {workflow_id}")
     drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= graph.MOST_DRAWN else None
     names = {n["node"]: n["name"] for n in run["nodes"]}
     return render(
@@ -534,9 +540,8 @@ async def trigger(request: Request, ctx: Ctx, again: int | None = Query(None)) -
         if again is not None:
             shown = serialize.job(app.get_job(again))  # sensitive values stay hidden
             preset = {
+                **_again(shown),
                 "task": shown["task"],
-                "args": json.dumps(shown["args"]),
-                "kwargs": json.dumps(shown["kwargs"]),
                 "queue": shown["queue"],
                 "priority": shown["base_priority"] or shown["priority"],
             }
@@ -545,8 +550,35 @@ async def trigger(request: Request, ctx: Ctx, again: int | None = Query(None)) -
     try:
         data = await asyncio.to_thread(gather)
     except JobNotFound:
-        return HTMLResponse(f"<h1>404</h1><p>no job with id {again}</p>", 404)
+        return error_page(404, f"no job with id {again}")
     return render("trigger.html", request, who, **data)
+
+
+def _again(shown: dict[str, Any]) -> dict[str, Any]:
+    """A job's arguments to send again, without its sensitive ones: shown as
+    ``***``, sent back they would run the task with ``"***"``. A keyword one is
+    left out; a positional one, and those after it (a list cannot skip it), too.
+    ``sensitive``: what the person must enter again, by name."""
+    positions, declared = serialize.sensitive_parameters(shown["task"])
+    args, kwargs = shown["args"], shown["kwargs"]
+    missing = [name for name in sorted(declared) if name in kwargs]
+    kwargs = {k: v for k, v in kwargs.items() if k not in declared}
+    dropped: list[str] = []
+    if isinstance(args, list):
+        cut = min((p for p in positions if p < len(args)), default=len(args))
+        for i in range(cut, len(args)):
+            names = sorted(n for n, at in declared.items() if i in at)
+            if names:
+                missing.append(f"{' or '.join(names)} (argument {i + 1})")
+            else:
+                dropped.append(f"argument {i + 1}")
+        args = args[:cut]
+    return {
+        "args": json.dumps(args),
+        "kwargs": json.dumps(kwargs),
+        "sensitive": missing,
+        "after": dropped,
+    }
 
 
 def _local(target: str) -> str:

@@ -9,7 +9,10 @@ holds ``lark``), ``userId`` the tenant,
 wire), ``taskId`` the job id. ``hold_task`` claims under the pseudo worker
 ``asyncflow`` with a deadline (the task type's ``max_processing_s``, else 30 s),
 never handing a task out twice; ``setTask`` ends the held attempt as the seed's
-worker means it, fenced like any remote outcome. The mapping is in the README.
+worker means it, fenced like any remote outcome, but under the token of whoever
+holds the task now: asyncflow's holds carry no token, so a ``setTask`` from a
+hold whose deadline passed is refused only until the task is held again (the
+limit the server guide states). The mapping is in the README.
 """
 
 from __future__ import annotations

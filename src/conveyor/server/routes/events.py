@@ -7,6 +7,10 @@ Every event carries an id; a client that reconnects with ``Last-Event-ID`` (or
 order, nothing twice (``Conveyor.stream_events``). A slow client slows only its
 own stream: events are read from the database as the client takes them, so the
 server holds at most one page per client.
+
+A stream is authorised as it opens and again while it runs (``Credential``):
+before each write of events and at least every second, so a token revoked
+while its stream is open stops receiving events and the stream ends.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from ...app import Conveyor
 from ...records import ChangeCursor
-from ..auth import READ, requires
-from ..dependencies import Facade
+from ..auth import READ, RECHECK_S, requires, still_allowed
+from ..context import ServerContext
+from ..dependencies import Ctx, Facade
 from ..models import JobId, Name
 
 #: the longest an idle stream stays silent (a comment line keeps proxies from closing it)
@@ -65,17 +70,47 @@ STREAM_DOC: dict[int | str, dict[str, Any]] = {
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+#: the last line of a stream whose token was revoked while it ran
+REVOKED = ": the token this stream was opened with is no longer valid\n\n"
+
+
+class Credential:
+    """The token (header or dashboard cookie) a stream was opened with, checked
+    again while it runs: before each write of events, and at least every
+    ``RECHECK_S`` while it is quiet. A stream whose token was revoked (or, on a
+    server open until then, once a first token exists) ends, after ``REVOKED``."""
+
+    def __init__(self, ctx: ServerContext, request: Request) -> None:
+        self.ctx, self.request = ctx, request
+        self.checked = time.monotonic()  # ``requires`` checked it as the stream opened
+
+    async def lapsed(self, sending: bool) -> bool:
+        if not sending and time.monotonic() - self.checked < RECHECK_S:
+            return False
+        if not await still_allowed(self.ctx, self.request, READ):
+            return True
+        self.checked = time.monotonic()
+        return False
+
+
 router = APIRouter(tags=["events"])
 
 
-def stream(app: Conveyor, after: str | None, **options: Any) -> StreamingResponse:
+def stream(
+    app: Conveyor, credential: Credential, after: str | None, **options: Any
+) -> StreamingResponse:
     """Each read of the database goes out as one write (a burst of 500 events is
     one chunk, not 500); the socket's flow control holds the next read until the
-    client has taken this one. A comment every 15 s keeps idle proxies open."""
+    client has taken this one. A comment every 15 s keeps idle proxies open. The
+    stream ends when its token no longer allows it (``Credential``)."""
 
     async def body() -> AsyncIterator[str]:
         quiet_since = time.monotonic()
+        # an empty page at least once a second: the cue for a check and a keep-alive
         async for page in app.plumbing.stream_event_pages(after, **options):
+            if await credential.lapsed(sending=bool(page)):
+                yield REVOKED
+                return
             if page:
                 yield "".join(encode(e) for e in page)
                 quiet_since = time.monotonic()
@@ -98,13 +133,22 @@ def stream(app: Conveyor, after: str | None, **options: Any) -> StreamingRespons
 )
 def events(
     resume: Resume,
-    app: Facade,
+    request: Request,
+    ctx: Ctx,
     queue: Annotated[list[Name] | None, Query(description="only these queues")] = None,
     task: Annotated[list[Name] | None, Query(description="only these tasks")] = None,
     batch: Annotated[JobId | None, Query(description="only this batch's jobs")] = None,
     job: Annotated[list[JobId] | None, Query(description="only these jobs")] = None,
 ) -> StreamingResponse:
-    return stream(app, resume, queues=queue, tasks=task, batch_id=batch, ids=job)
+    return stream(
+        ctx.conveyor,
+        Credential(ctx, request),
+        resume,
+        queues=queue,
+        tasks=task,
+        batch_id=batch,
+        ids=job,
+    )
 
 
 async def existing_batch(
@@ -126,6 +170,13 @@ async def existing_batch(
 def batch_events(
     batch_id: Annotated[JobId, Path(description="the batch's id")],
     resume: Resume,
-    app: Facade,
+    request: Request,
+    ctx: Ctx,
 ) -> StreamingResponse:
-    return stream(app, resume, batch_id=batch_id, until_batch_closed=batch_id)
+    return stream(
+        ctx.conveyor,
+        Credential(ctx, request),
+        resume,
+        batch_id=batch_id,
+        until_batch_closed=batch_id,
+    )

@@ -11,7 +11,9 @@ Jobs are held exactly as in-process workers hold them: for as long as the worker
 heartbeats (``POST /v1/workers/{id}/heartbeat``, or a lease call, every couple of
 seconds); a job whose task has a timeout (``max_processing_s``) must also end
 within it. An outcome under a lost lease (the worker went silent and the job was
-rescued, or an operator cancelled it) changes nothing and gets 409, saying why.
+rescued), or for a job that already ended, changes nothing and gets 409, saying
+why. A job whose cancel was requested while it ran takes its worker's outcome
+(200) and ends cancelled, unless it failed for good (``outcomes.accepted``).
 """
 
 from __future__ import annotations

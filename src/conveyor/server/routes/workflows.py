@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 
@@ -30,9 +30,9 @@ from ...records import WorkflowNode, WorkflowState
 from ...task import Step
 from ...workflow import Node, Workflow
 from ..auth import PRODUCER, READ, requires
-from ..dependencies import Facade
+from ..dependencies import Ctx, Facade
 from ..models import MAX_INT32, JobId, Key, Name, SendOptions, Strict, cursor_id
-from .events import HEADERS, KEEPALIVE_S, STREAM_DOC
+from .events import HEADERS, KEEPALIVE_S, REVOKED, STREAM_DOC, Credential
 from .jobs import IdempotencyKey, page
 
 WorkflowPath = Annotated[JobId, Path(description="the workflow's id")]
@@ -239,8 +239,11 @@ def _node_key(node: dict[str, Any]) -> tuple[Any, ...]:
     return (node["state"], node["job_id"], node["items"], json.dumps(node.get("item_counts")))
 
 
-async def workflow_stream(app: Conveyor, workflow_id: int) -> AsyncIterator[str]:
-    """The events of one run: what moved since the last read, until it ends."""
+async def workflow_stream(
+    app: Conveyor, workflow_id: int, credential: Credential
+) -> AsyncIterator[str]:
+    """The events of one run: what moved since the last read, until it ends (or
+    its token no longer allows it: ``Credential``)."""
     sent: dict[int, tuple[Any, ...]] = {}
     state, seq, quiet_since = None, 0, time.monotonic()
     while True:
@@ -254,6 +257,9 @@ async def workflow_stream(app: Conveyor, workflow_id: int) -> AsyncIterator[str]
         if record["state"] != state:
             state = record["state"]
             out.append(("workflow", record))
+        if await credential.lapsed(sending=bool(out)):
+            yield REVOKED
+            return
         for name, data in out:
             seq += 1
             text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
@@ -280,7 +286,9 @@ async def workflow_stream(app: Conveyor, workflow_id: int) -> AsyncIterator[str]
     "state changes; ends after the run ends. Rows are re-read when the database hints at "
     "a change and every 0.5 s; a reconnect starts with the whole picture again.",
 )
-def workflow_events(workflow_id: WorkflowPath, app: Facade) -> StreamingResponse:
+def workflow_events(workflow_id: WorkflowPath, request: Request, ctx: Ctx) -> StreamingResponse:
     return StreamingResponse(
-        workflow_stream(app, workflow_id), media_type="text/event-stream", headers=HEADERS
+        workflow_stream(ctx.conveyor, workflow_id, Credential(ctx, request)),
+        media_type="text/event-stream",
+        headers=HEADERS,
     )
