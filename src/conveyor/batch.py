@@ -107,16 +107,17 @@ class Batch:
             eta = 0
         elif done and elapsed > 0:
             eta = math.ceil((total - done) / (done / elapsed))
+        # (plain strings: printed, it reads as JSON does; a JobState still finds them)
         return {
             "total": total,
-            JobState.SUCCEEDED: counts.get(JobState.SUCCEEDED, 0),
-            JobState.FAILED: counts.get(JobState.FAILED, 0),
-            JobState.CANCELLED: counts.get(JobState.CANCELLED, 0),
-            JobState.RUNNING: counts.get(JobState.RUNNING, 0),
+            "succeeded": counts.get(JobState.SUCCEEDED, 0),
+            "failed": counts.get(JobState.FAILED, 0),
+            "cancelled": counts.get(JobState.CANCELLED, 0),
+            "running": counts.get(JobState.RUNNING, 0),
             "pending": sum(counts.get(s, 0) for s in WAITING_STATES),
             "percent": 100 if total == 0 else math.floor(done * 100 / total),
             "eta_s": eta,
-            "state": self.refresh().state if refresh else self.state,
+            "state": str(self.refresh().state if refresh else self.state),
         }
 
     def as_completed(self, timeout: float | None = None) -> Iterator[Job]:

@@ -183,3 +183,22 @@ def test_a_burst_worker_whose_claims_fail_exits_1(
     # not run (on MySQL the claim's UPDATE took it before its read failed: running,
     # until the dead worker's jobs are taken back)
     assert job.refresh().state in (JobState.AVAILABLE, JobState.RUNNING)
+
+
+def test_a_worker_of_an_app_with_no_tasks_says_so(db_url: str, tmp_path: Path) -> None:
+    """`--app` naming a module that registers no task starts a worker that can run
+    none of the user's jobs: it warns, once, at start."""
+    (tmp_path / "notasks.py").write_text("from conveyor import Conveyor\napp = Conveyor()\n")
+    env = {
+        **subprocess_env(),
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{subprocess_env()['PYTHONPATH']}",
+    }
+    out = subprocess.run(
+        conveyor_cmd("-d", db_url, "worker", "--app", "notasks:app", "--burst"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("--app notasks:app registers no tasks (@app.task)") == 1, out.stderr

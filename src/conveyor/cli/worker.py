@@ -198,6 +198,12 @@ def worker(
         app.add_middleware(metrics)
     if max_memory_mb is not None and processes is None:
         raise CliError("--max-memory needs --processes (it kills a child process)")
+    if resolver == "registered" and not user_tasks(app.tasks):
+        logging.getLogger("conveyor.worker").warning(
+            "--app %s registers no tasks (@app.task): this worker can run none of your jobs"
+            " (name the module whose functions carry @app.task)",
+            state.app_spec,
+        )
     w = Worker(
         app,
         queues=_queues(queues, app),
