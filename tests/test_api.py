@@ -447,3 +447,14 @@ def test_racing_calls_under_one_key_write_nothing_for_the_one_refused(app, send_
         loser = next(side for side, what in outcome.items() if what == "refused")
         found = app.list_jobs(JobFilter(search=f"extra-{loser}-{n}"))
         assert found == [], f"round {n}: the refused call's other job was written"
+
+
+def test_a_wait_that_times_out_says_what_holds_the_job_back(app, send_email):
+    """No worker serves the job's queue: the timeout says so (why_waiting), for the
+    sync wait and the async one."""
+    job = send_email.send("a@b.c")
+    said = "still available after 0.2s: no live worker takes queue 'emails' and task 'send_email'"
+    with pytest.raises(TimeoutError, match=said):
+        job.wait(timeout=0.2)
+    with pytest.raises(TimeoutError, match=said):
+        asyncio.run(job.await_result(timeout=0.2))

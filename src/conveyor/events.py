@@ -34,6 +34,8 @@ class EventsHost(Protocol):
 
     def get_batch(self, batch_id: int) -> Batch: ...
 
+    def why_waiting(self, job_id: int) -> list[str]: ...
+
 
 class Events:
     """The change stream and waits of one app."""
@@ -62,8 +64,18 @@ class Events:
                 return job
             remaining = 3600.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"job {job_id} still {job.state} after {timeout}s")
+                raise TimeoutError(self._still(job, timeout))
             self.waiter.wait(generation, remaining)
+
+    def _still(self, job: Job, timeout: float | None) -> str:
+        """A wait's timeout, with what holds the job back if it waits (no worker
+        serves it, its queue is paused, ...: ``why_waiting``)."""
+        said = f"job {job.id} still {job.state} after {timeout}s"
+        try:
+            reasons = self._host.why_waiting(job.id) if not job.state.finished else []
+        except Exception:  # (a hint only: the timeout is the answer)
+            reasons = []
+        return f"{said}: {'; '.join(reasons)}" if reasons else said
 
     async def await_job(self, job_id: int, timeout: float | None = None) -> Job:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -74,7 +86,7 @@ class Events:
                 return job
             remaining = 3600.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"job {job_id} still {job.state} after {timeout}s")
+                raise TimeoutError(await asyncio.to_thread(self._still, job, timeout))
             await self.waiter.await_change(generation, remaining)
 
     def changes(
