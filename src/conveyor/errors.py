@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class ConveyorError(Exception):
     """Base class for errors raised by Conveyor itself."""
@@ -100,3 +102,22 @@ def redact_url(url: str) -> str:
     creds, _, host = rest.partition("@")
     user, has_password, _ = creds.partition(":")
     return f"{scheme}://{user}:***@{host}" if has_password else url
+
+
+#: a server that answered: no such database / no such user or a wrong password
+_NO_DATABASE = re.compile(r'database "[^"]*" does not exist|unknown database', re.I)
+_BAD_LOGIN = re.compile(
+    r'role "[^"]*" does not exist|password authentication failed|access denied', re.I
+)
+
+
+def connect_advice(error: str) -> str:
+    """What to do about a failed connection, from what the server said."""
+    if _NO_DATABASE.search(error):
+        return (
+            "The server answered: create that database (CREATE DATABASE <name>) or fix the"
+            " URL's database name; Conveyor makes its tables, not the database."
+        )
+    if _BAD_LOGIN.search(error):
+        return "The server answered: check the URL's user and password."
+    return "Check that the server is running and the URL (host, port, user, database) is right."

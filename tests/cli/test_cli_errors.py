@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from .conftest import TEST_APP, Invoke, conveyor_cmd, subprocess_env
@@ -265,3 +266,22 @@ def test_a_read_command_on_a_missing_sqlite_file_says_so_and_creates_none(
         line = one_error_line(invoke(*command, url=f"sqlite:///{db}"))
         assert f"no database at {db}" in line and "-d URL" in line
     assert not db.exists()
+
+
+def test_a_missing_database_or_login_says_what_the_server_answered(
+    invoke: Invoke, mysql_base: str
+) -> None:
+    """Not 'check that the server is running' when it answered: no such database
+    (Conveyor makes tables, not the database), or no such user."""
+    import os
+
+    from tests.conftest import PG_DEFAULT, PG_ENV, mysql_database_url
+
+    info = psycopg.conninfo.conninfo_to_dict(os.environ.get(PG_ENV, PG_DEFAULT))
+    host, port = info.get("host", "127.0.0.1"), info.get("port", 5432)
+    pg = f"postgresql://{info.get('user', 'postgres')}@{host}:{port}/conveyor_no_such_db"
+    for url in (pg, mysql_database_url(mysql_base, "conveyor_no_such_db")):
+        line = one_error_line(invoke("status", url=url))
+        assert "create that database" in line and "server is running" not in line, line
+    line = one_error_line(invoke("status", url=f"postgresql://no_such_role@{host}:{port}/x"))
+    assert "check the URL's user and password" in line and "postgresql://no_such_role@" in line

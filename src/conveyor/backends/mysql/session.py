@@ -25,7 +25,7 @@ import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from ...connections import GreenletConnection
-from ...errors import ConfigError, DatabaseUnavailable
+from ...errors import ConfigError, DatabaseUnavailable, connect_advice
 from .. import waits
 from ..sql.backend import SqlBackend
 from ..threads import ThreadConnections
@@ -189,7 +189,7 @@ class MySQLSession(SqlBackend):
         where = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
         return DatabaseUnavailable(
             f"cannot connect to MySQL at {where} (user {self._kwargs['user']}): {exc}. "
-            "Check that the server is running and the URL (host, port, user, database) is right.",
+            f"{connect_advice(str(exc))}",
             transient=_code(exc) in _TRANSIENT_CODES,
         )
 

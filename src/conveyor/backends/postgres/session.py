@@ -30,7 +30,7 @@ from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ...connections import GreenletConnection
-from ...errors import ConfigError, DatabaseUnavailable
+from ...errors import ConfigError, DatabaseUnavailable, connect_advice, redact_url
 from .. import waits
 from ..sql.backend import SqlBackend
 from .dialect import CHANNEL, EVENTS, Q
@@ -274,8 +274,7 @@ def _connect_error(url: str, exc: Exception) -> DatabaseUnavailable:
             f"{hint}; it is retried"
         )
     return DatabaseUnavailable(
-        f"cannot connect to PostgreSQL at {redact(url)}: {first}. "
-        "Check that the server is running and the URL (host, port, user, database) is right.",
+        f"cannot connect to PostgreSQL at {redact(url)}: {first}. {connect_advice(first)}",
         transient=state in (None, "57P01", "57P02", "57P03")
         and _TRANSIENT.search(str(exc)) is not None
         and _ANSWERED.search(str(exc)) is None,
@@ -325,7 +324,12 @@ def _translated(url: str, pool: ConnectionPool | None = None) -> Iterator[None]:
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
+    """The URL without its password, for messages and logs (as it was given: a
+    URL, or libpq's key=value words)."""
+    if "://" in url:
+        parts = urlsplit(url)
+        query = "&".join(p for p in parts.query.split("&") if not p.lower().startswith("password="))
+        return redact_url(urlunsplit(parts._replace(query=query)))
     try:
         info = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
