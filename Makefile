@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 .PHONY: help install demo test test-django test-versions bench lint types docs check clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-13s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)

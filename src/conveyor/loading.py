@@ -21,7 +21,14 @@ def load_app(spec: str) -> Conveyor:
     """Import ``module:attr`` and check it is a Conveyor. Every failure is one clear line."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name.strip() or not attr.strip():
-        raise ConfigError(f"--app must look like module:attribute (e.g. myapp:app), got {spec!r}")
+        guess = module_name.strip().removesuffix(".py").replace("/", ".") or "myapp"
+        raise ConfigError(f"--app must look like module:attribute (e.g. {guess}:app), got {spec!r}")
+    if module_name.strip().endswith(".py") or "/" in module_name:
+        module = module_name.strip().removesuffix(".py").replace("/", ".")
+        raise ConfigError(
+            f"--app names a module, not a file: {module}:{attr.strip()}, not {spec!r}"
+            " (run from the directory the module is in, or set PYTHONPATH)"
+        )
     module = _import(module_name.strip())
     obj: Any = module
     for part in attr.strip().split("."):

@@ -138,6 +138,9 @@ def test_schema_too_new(invoke: Invoke, tmp_path: Path) -> None:
     ("spec", "expected"),
     [
         ("nocolon", "module:attribute"),
+        ("myapp.py", "module:attribute (e.g. myapp:app)"),
+        ("myapp.py:app", "a module, not a file: myapp:app, not 'myapp.py:app'"),
+        ("src/myapp.py:app", "a module, not a file: src.myapp:app"),
         ("no_such_module_xyz:app", "no module named 'no_such_module_xyz'"),
         ("tests.cli.cliapp:missing", "has no attribute 'missing'"),
         ("tests.cli.cliapp:register", "not a conveyor.Conveyor"),

@@ -43,7 +43,7 @@ def flaky(n: int) -> str:
     # Inputs with n % 4 == 3 fail three times: they run out of attempts and fail.
     attempt = current_job().attempts
     if attempt <= n % 4:
-        raise ConnectionError(f"simulated upstream timeout for item {n} (attempt {attempt})")
+        raise ConnectionError(f"simulated upstream timeout for item {n}")
     return f"item {n} synced on attempt {attempt}"
 
 

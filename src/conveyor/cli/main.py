@@ -84,7 +84,7 @@ def cli(ctx: click.Context, database_url: str, app_spec: str | None) -> None:
     conveyor server --app myapp:app          the HTTP API (REST, remote workers, asyncflow)
     conveyor dashboard --app myapp:app       the web dashboard (the server, at /)
     conveyor tokens create --scope admin     API tokens for the server
-    conveyor tasks settings set lark ...     per-task-type settings, no redeploy
+    conveyor tasks settings set resize ...   per-task-type settings, no redeploy
     conveyor demo                            see it all work on a throwaway SQLite file
     conveyor bench -d URL                    measure enqueue, drain and latency there
 

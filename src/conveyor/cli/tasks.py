@@ -40,9 +40,9 @@ def settings_group() -> None:
 
     \b
     conveyor tasks settings list
-    conveyor tasks settings show lark
-    conveyor tasks settings set lark --max-attempts 3 --retry-interval 5 --retry-cap 30
-    conveyor tasks settings set lark --unset max_attempts
+    conveyor tasks settings show resize
+    conveyor tasks settings set resize --max-attempts 3 --retry-interval 5 --retry-cap 30
+    conveyor tasks settings set resize --unset max_attempts
 
     Precedence: a job's own send options, then these settings, then the task
     decorator's defaults. A change applies at once to the task's waiting jobs
