@@ -364,3 +364,21 @@ def test_a_server_without_the_app_hides_what_the_app_declared(start_server, db_u
         assert answers["one"].json()["args"] == ["amy", "***"]
         assert answers["other"].json()["kwargs"] == {"user": "bob", "password": "***"}
         assert answers["search"].json()["jobs"] == []
+
+
+def test_conveyors_own_task_and_queue_are_not_for_clients(api, producer):
+    """The bulk-action task and Conveyor's own queue (where the server's bulk
+    actions wait) are refused over HTTP, naming the field: a client cannot fill
+    that queue, send its task, or lease its jobs away from the server."""
+    before = sum(producer.count_jobs().values())
+    for path, body, loc in [
+        ("/v1/jobs", {"task": "conveyor.bulk_action", "args": ["x"]}, ["body", "task"]),
+        ("/v1/jobs", {"task": "add", "args": [1, 2], "queue": "conveyor"}, ["body", "queue"]),
+        ("/v1/batches", {"task": "conveyor.bulk_action", "items": [["x"]]}, ["body", "task"]),
+        ("/v1/leases", {"worker": "w", "queues": ["conveyor"]}, ["body", "queues", 0]),
+    ]:
+        r = api.post(path, json=body)
+        assert r.status_code == 422, (path, r.text)
+        assert r.json()["detail"][0]["loc"] == loc, r.text
+        assert "Conveyor's own" in r.json()["detail"][0]["msg"]
+    assert sum(producer.count_jobs().values()) == before

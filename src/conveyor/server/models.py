@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from ..errors import ConfigError
 from ..records import JobFilter, JobState
+from ..registry import BUILTIN_TASKS, INTERNAL_QUEUE
 
 MAX_INT32 = 2**31 - 1
 MAX_ID = 2**63 - 1
@@ -43,6 +44,27 @@ def _near(value: datetime) -> datetime:
 Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(clean_text)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)]
 Key = Annotated[str, StringConstraints(min_length=1, max_length=1000), AfterValidator(clean_text)]
+
+
+def _not_builtin(value: str) -> str:
+    if value in BUILTIN_TASKS:
+        raise ValueError(f"{value!r} is Conveyor's own task: it cannot be sent over HTTP")
+    return value
+
+
+def _not_internal(value: str) -> str:
+    if value == INTERNAL_QUEUE:
+        raise ValueError(
+            f"{value!r} is Conveyor's own queue (its bulk actions): not for jobs or workers"
+            " over HTTP"
+        )
+    return value
+
+
+#: a task a client may send: any name but Conveyor's own (``BUILTIN_TASKS``)
+TaskName = Annotated[Name, AfterValidator(_not_builtin)]
+#: a queue a client may send to or lease from: any but Conveyor's own
+QueueName = Annotated[Name, AfterValidator(_not_internal)]
 JobId = Annotated[int, Field(ge=1, le=MAX_ID)]
 Priority = Annotated[int, Field(ge=-MAX_INT32, le=MAX_INT32)]
 Attempts = Annotated[int, Field(ge=1, le=MAX_INT32)]
@@ -62,7 +84,7 @@ class Strict(BaseModel):
 class SendOptions(Strict):
     """How a job is sent (the options of ``task.send``), all optional."""
 
-    queue: Name | None = Field(None, description="default: the task's queue")
+    queue: QueueName | None = Field(None, description="default: the task's queue")
     priority: Priority | None = Field(None, description="higher runs first")
     delay: Seconds | None = Field(None, description="seconds from now before it may run")
     run_at: Moment | None = Field(None, description="when it may run (instead of delay)")
@@ -82,7 +104,7 @@ class SendOptions(Strict):
 
 
 class JobCreate(SendOptions):
-    task: Name
+    task: TaskName
     args: list[Any] = Field(default_factory=list, max_length=10_000)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     unique_key: Key | None = Field(None, description="no second unfinished job with this key")

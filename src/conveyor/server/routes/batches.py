@@ -16,14 +16,24 @@ from ...errors import ConfigError, KeyReused
 from ...records import BatchState, JobFilter
 from ..auth import PRODUCER, READ, requires
 from ..dependencies import Facade
-from ..models import MAX_ID, JobId, Key, Name, SendOptions, cursor_id, decode_cursor, encode_cursor
+from ..models import (
+    MAX_ID,
+    JobId,
+    Key,
+    Name,
+    SendOptions,
+    TaskName,
+    cursor_id,
+    decode_cursor,
+    encode_cursor,
+)
 from .jobs import IdempotencyKey, page
 
 BatchPath = Annotated[JobId, Path(description="the batch's id")]
 
 
 class BatchCreate(SendOptions):
-    task: Name
+    task: TaskName
     items: list[list[Any] | dict[str, Any]] = Field(
         min_length=1,
         max_length=100_000,
@@ -36,7 +46,7 @@ class BatchCreate(SendOptions):
         description="a retried create returns the first batch, a different one under "
         "the same key is refused (or the header)",
     )
-    on_complete: Name | None = Field(
+    on_complete: TaskName | None = Field(
         None, description="a task called as on_complete(batch_id, counts) when it closes"
     )
 

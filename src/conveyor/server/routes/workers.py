@@ -15,7 +15,7 @@ from ...records import WorkerInfo
 from ..auth import ADMIN, READ, WORKER, requires
 from ..context import ServerContext
 from ..dependencies import Ctx
-from ..models import MAX_INT32, Name, Strict
+from ..models import MAX_INT32, Name, QueueName, Strict
 
 WorkerPath = Annotated[Name, Path(description="the worker's id")]
 
@@ -23,7 +23,9 @@ WorkerPath = Annotated[Name, Path(description="the worker's id")]
 class WorkerRegistration(Strict):
     """Who a remote worker is, recorded on its first heartbeat or lease."""
 
-    queues: list[Name] = Field(default_factory=lambda: ["default"], min_length=1, max_length=100)
+    queues: list[QueueName] = Field(
+        default_factory=lambda: ["default"], min_length=1, max_length=100
+    )
     tasks: list[Name] | None = Field(None, max_length=10_000, description="null: any task")
     tags: list[Name] = Field(default_factory=list, max_length=100)
     hostname: Name | None = Field(None, description="default: the client's address")

@@ -31,7 +31,7 @@ from ...task import Step
 from ...workflow import Node, Workflow
 from ..auth import PRODUCER, READ, requires
 from ..dependencies import Ctx, Facade
-from ..models import MAX_INT32, JobId, Key, Name, SendOptions, Strict, cursor_id
+from ..models import MAX_INT32, JobId, Key, Name, SendOptions, Strict, TaskName, cursor_id
 from .events import HEADERS, KEEPALIVE_S, REVOKED, STREAM_DOC, Credential
 from .jobs import IdempotencyKey, page
 
@@ -45,7 +45,7 @@ EVENTS_POLL_S = 0.5
 
 class NodeCreate(Strict):
     name: Name = Field(description="unique in the workflow; `after` and `map_over` name nodes")
-    task: Name
+    task: TaskName
     args: list[Any] = Field(default_factory=list, max_length=10_000)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     options: SendOptions | None = Field(None, description="send options of the node's job(s)")
