@@ -202,10 +202,7 @@ def batch_fingerprint(task: str, asked: Mapping[str, Any], inserts: Sequence[Job
         digest.update(b"\n")
         text = insert.args_json
         if hides:
-            doc = json.loads(text)
-            doc["args"], doc["kwargs"] = serialize.hidden_arguments(
-                task, doc.get("args"), doc.get("kwargs")
-            )
+            doc = serialize.hidden_document(task, text)
             text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         digest.update(text.encode("utf-8", "surrogatepass"))
     return "sha256:" + digest.hexdigest()

@@ -321,7 +321,6 @@ def fingerprinted(insert: JobInsert, asked: JobInsert) -> JobInsert:
     write it, and the answer never tells whether a sensitive value matched.
     Options are not compared: the key names the work (the same job sent again
     with another priority or delay is still that job)."""
-    doc = json.loads(asked.args_json)
-    args, kwargs = serialize.hidden_arguments(asked.task, doc.get("args"), doc.get("kwargs"))
-    headers = {FINGERPRINT_HEADER: call_fingerprint(asked.task, args, kwargs)}
+    doc = serialize.hidden_document(asked.task, asked.args_json)
+    headers = {FINGERPRINT_HEADER: call_fingerprint(asked.task, doc["args"], doc["kwargs"])}
     return insert._replace(args_json=with_headers(insert.args_json, headers))

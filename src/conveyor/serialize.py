@@ -99,6 +99,14 @@ def hides_arguments(task: str) -> bool:
     return task in _SENSITIVE
 
 
+def hidden_document(task: str, args_json: str) -> dict[str, Any]:
+    """An encoded arguments document (``{"args", "kwargs", ...}``), decoded, with
+    ``hidden_arguments`` applied: what a fingerprint of a call may cover."""
+    doc: dict[str, Any] = json.loads(args_json)
+    doc["args"], doc["kwargs"] = hidden_arguments(task, doc.get("args"), doc.get("kwargs"))
+    return doc
+
+
 def hidden_arguments(
     task: str, args: Any, kwargs: Any, redact: Iterable[str] = ()
 ) -> tuple[Any, Any]:

@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..app import Conveyor
+from ..backends import sqlite_file
 from ..batch import Batch
 from ..records import ACTIVE_STATES, JobState
 from .batches import final_line
@@ -412,6 +413,7 @@ def print_next_steps(con: Console, app: Conveyor, url: str, batch: Batch | None 
         lines.append(f"{base} jobs list --batch {batch.id} --state failed")
     for line in lines:
         con.print(Text("  " + line, style="bold"))
-    folder = os.path.dirname(app.url.split("///", 1)[-1]) if app.url.startswith("sqlite") else ""
+    path = sqlite_file(app.url)
+    folder = os.path.dirname(os.path.abspath(path)) if path else ""
     if os.path.basename(folder).startswith("conveyor-demo-"):
         con.print(f"(the database stays in {folder}: rm -r {shlex.quote(folder)} when done)")

@@ -99,7 +99,7 @@ def check_same_call(
     job: JobInsert,
     named: tuple[int, str, str | None],
     index: int,
-    results: Sequence[Inserted | None] = (),
+    results: Sequence[Inserted | None],
 ) -> None:
     """``KeyReused`` (in the transaction that would have written ``job``, so it
     writes nothing) when the job its idempotency key named was made by a

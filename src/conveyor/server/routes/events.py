@@ -24,7 +24,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
-from ...app import Conveyor
 from ...records import ChangeCursor
 from ..auth import READ, RECHECK_S, requires, still_allowed
 from ..context import ServerContext
@@ -97,12 +96,14 @@ router = APIRouter(tags=["events"])
 
 
 def stream(
-    app: Conveyor, credential: Credential, after: str | None, **options: Any
+    ctx: ServerContext, request: Request, after: str | None, **options: Any
 ) -> StreamingResponse:
     """Each read of the database goes out as one write (a burst of 500 events is
     one chunk, not 500); the socket's flow control holds the next read until the
     client has taken this one. A comment every 15 s keeps idle proxies open. The
     stream ends when its token no longer allows it (``Credential``)."""
+
+    app, credential = ctx.conveyor, Credential(ctx, request)
 
     async def body() -> AsyncIterator[str]:
         quiet_since = time.monotonic()
@@ -140,15 +141,7 @@ def events(
     batch: Annotated[JobId | None, Query(description="only this batch's jobs")] = None,
     job: Annotated[list[JobId] | None, Query(description="only these jobs")] = None,
 ) -> StreamingResponse:
-    return stream(
-        ctx.conveyor,
-        Credential(ctx, request),
-        resume,
-        queues=queue,
-        tasks=task,
-        batch_id=batch,
-        ids=job,
-    )
+    return stream(ctx, request, resume, queues=queue, tasks=task, batch_id=batch, ids=job)
 
 
 async def existing_batch(
@@ -173,10 +166,4 @@ def batch_events(
     request: Request,
     ctx: Ctx,
 ) -> StreamingResponse:
-    return stream(
-        ctx.conveyor,
-        Credential(ctx, request),
-        resume,
-        batch_id=batch_id,
-        until_batch_closed=batch_id,
-    )
+    return stream(ctx, request, resume, batch_id=batch_id, until_batch_closed=batch_id)
