@@ -315,3 +315,14 @@ def test_mysql_claims_read_only_their_own_queue(backend, db_url):
     params = {**keyed_claim_params(backend, queue="conveyor"), **base, "identity": ("w",)}
     cands = [r for r in _mysql_plan(backend, "job_claim_candidates", params) if r["table"] == "j"]
     assert [r["key"] for r in cands] == ["conveyor_jobs_fetch_idx"], cands
+
+
+@pytest.mark.parametrize("query", ["job_copy_begin", "job_copy_span", "job_copy_ids"])
+@only_on("postgres")  # the job table's partitions (schema v17)
+def test_a_bulk_enqueue_reads_only_the_live_partition(backend, db_url, query):
+    """A ``send_many`` by COPY finds the rows it wrote by the transaction's change
+    stamp, which is not the partition key: its statements say the jobs are not
+    finished, or each plan and run probes every day of finished jobs too."""
+    plan = _pg_plan(backend, query)
+    assert "conveyor_jobs_live" in plan, plan
+    assert not re.search(r"conveyor_jobs_(succeeded|failed|cancelled)", plan), plan

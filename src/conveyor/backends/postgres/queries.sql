@@ -113,8 +113,15 @@ SELECT id, unique_key, idempotency_key, (SELECT count(*) FROM woken) AS notified
 -- Bulk enqueue by COPY (job_insert_stream, and bulk inserts without keys): the
 -- moment and the transaction's change stamp the rows are written with, and the
 -- last job this transaction wrote before them (a caller's transaction may have).
+-- COPY writes waiting jobs, so this, job_copy_span and job_copy_ids read the live
+-- partition only ("Live" at the top): the stamp is not the partition key, and
+-- over every day of finished jobs the planner probed each partition's change
+-- index (a first call on a connection planned for 1.1 ms with 15 finished days,
+-- 0.18 ms on the live partition). A job this transaction wrote and finished is
+-- older than the COPY's rows, and not in the partition the span counts.
 SELECT coalesce(%(now)s::timestamptz, now()) AS now, {CHANGE} AS change,
-       coalesce((SELECT max(id) FROM conveyor_jobs WHERE changed = {CHANGE}), 0) AS after
+       coalesce((SELECT max(id) FROM conveyor_jobs j
+                 WHERE j.changed = {CHANGE} AND {UNFINISHED(j)}), 0) AS after
 
 -- name: job_copy
 -- The jobs of a stream, as text rows (the backend formats them: keys, limits and
@@ -148,12 +155,14 @@ WHERE j.id = d.id AND j.id = ANY(%(ids)s::bigint[])  -- (see "By id" at the top)
 -- the next id); a COPY that shared the id sequence with another writer has gaps,
 -- and its ids are read one by one (job_copy_ids).
 SELECT count(*) AS n, min(id) AS first, max(id) AS last
-FROM conveyor_jobs WHERE changed = %(change)s::xid8 AND id > %(after)s
+FROM conveyor_jobs j WHERE j.changed = %(change)s::xid8 AND j.id > %(after)s AND {UNFINISHED(j)}
 
 -- name: job_copy_ids
 -- The ids COPY gave, in row order: the rows this transaction stamped since
 -- job_copy_begin (the change index holds them in id order).
-SELECT id FROM conveyor_jobs WHERE changed = %(change)s::xid8 AND id > %(after)s ORDER BY id
+SELECT j.id FROM conveyor_jobs j
+WHERE j.changed = %(change)s::xid8 AND j.id > %(after)s AND {UNFINISHED(j)}
+ORDER BY j.id
 
 -- name: job_drop_taken_keys
 -- Jobs just inserted whose idempotency key another job holds after all: one whose
