@@ -6,7 +6,9 @@ server, or behind). SQLite and InnoDB have nothing to tidy."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import psycopg
 
@@ -140,3 +142,31 @@ def test_a_table_analyzed_empty_with_its_pages_is_told_and_vacuumed(app, backend
     assert planned_empty(), "analyzed empty with its pages: 1 row expected, whatever it holds"
     backend._maintain("VACUUM (SKIP_LOCKED)", "conveyor_jobs_live", 0, 0)
     assert not planned_empty()
+
+
+@only_on("postgres")  # the only backend with something to tidy
+def test_a_stopping_leader_does_not_wait_for_its_vacuum(backend):
+    """The server finishes a VACUUM without its client, so a leader that stops
+    (a `conveyor worker --burst` at its end) does not wait for one: it waited,
+    up to 5 s, and a burst worker's exit took as long as the VACUUM."""
+    entered, finish = threading.Event(), threading.Event()
+
+    class SlowTidy:  # the real backend, with a VACUUM that takes until `finish`
+        def __getattr__(self, name: str) -> Any:
+            return getattr(backend, name)
+
+        def tidy(self, *, min_dead: int = 50_000) -> list[str]:
+            entered.set()
+            finish.wait(30)
+            return []
+
+    maintenance = Maintenance(SlowTidy(), tidy_min_dead=1, tidy_every_s=0)
+    maintenance.start()
+    try:
+        assert entered.wait(20), "the leader never tidied"
+        timer = threading.Timer(3.0, finish.set)  # without the fix, stop() waits for this
+        timer.start()
+        maintenance.stop()
+        assert not finish.is_set(), "stop() waited for the VACUUM to end"
+    finally:
+        finish.set()
