@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import psycopg
 import pytest
 
 from ..conftest import only_on
@@ -230,6 +231,40 @@ def test_a_keyed_claim_counts_running_keys_by_their_index(backend, db_url):
     plan = _pg_analyze(backend, "job_claim_keyed", keyed_claim_params(backend, ids=ids, **keys))
     assert "conveyor_jobs_running_key_idx" in plan, plan
     assert "rows=100 loops=1" in plan, plan  # two of each key's four candidates
+
+
+@only_on("postgres")  # the session's claim function (job_claim_limited_function)
+def test_a_keyed_claim_counts_running_keys_by_probes_inside_its_function(backend, db_url):
+    """Inside the limited claim's function the statements run generic plans, whose
+    estimates are guesses (a parameter array of "10" candidates, "1" running job):
+    a join of the running jobs with the candidates became a nested loop comparing
+    every running job with every candidate. Each key probes the index instead."""
+    from conveyor.backends.postgres.dialect import CLAIM_LIMITED_FUNCTION
+
+    backend.job_insert_many(
+        jobs=[ins(args=[i], concurrency_key=f"u{i}", concurrency_limit=2) for i in range(300)]
+    )
+    assert len(backend.job_claim(queues=["q"], worker_id="w", limit=100)) == 100  # 100 run
+    plans: list[str] = []
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: plans.append(str(d.message_primary)))
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_analyze = on",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_level = notice",
+            "SET client_min_messages = notice",
+        ):
+            conn.execute(setting)
+        conn.execute(CLAIM_LIMITED_FUNCTION)
+        params = keyed_claim_params(backend, factor=1, queue_lock=False)
+        claimed = conn.execute(backend.Q["job_claim_limited_call"], backend._params(params))
+        assert len(claimed.fetchall()) == 100
+    [claim] = [p for p in plans if "Update on conveyor_jobs" in p]
+    assert "conveyor_jobs_running_key_idx" in claim, claim
+    assert "loops=100" in claim, claim  # a probe per candidate's key
+    assert _walked(claim) < 1000, claim  # not 100 running x 100 candidates
 
 
 @only_on("postgres")  # PostgreSQL's bitmap scans
