@@ -264,12 +264,15 @@ def claim_keys(cands: Sequence[dict[str, Any]]) -> set[str]:
 
 
 def queue_spends(
-    queue: str, limits: QueueLimits, claimed: Sequence[dict[str, Any]]
+    queue: str, limits: QueueLimits, claimed: Sequence[dict[str, Any]], count: int | None = None
 ) -> list[dict[str, Any]]:
-    """Every bucket a limited claim spends from: the keys' and the queue's own."""
+    """Every bucket a limited claim spends from: the keys' and the queue's own.
+    ``claimed``: the jobs claimed, or (with ``count``, how many were) those of
+    them with a rate key."""
     spends = rate_spending(claimed)
-    if claimed and limits.spend:
-        spends.append({**limits.spend, "key": f"queue={queue}", "taken": len(claimed)})
+    taken = len(claimed) if count is None else count
+    if taken and limits.spend:
+        spends.append({**limits.spend, "key": f"queue={queue}", "taken": taken})
     return spends
 
 

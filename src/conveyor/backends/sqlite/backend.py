@@ -537,8 +537,8 @@ class SQLiteBackend(SqlBackend):
         }
         # Rows are decoded after COMMIT: the write lock is held for SQL only (a claim
         # decoding its rows under it kept the completer's writes waiting).
-        # (column names, tuple rows) of a plain claim; (None, dict rows) of a limited one
-        claims: list[tuple[list[str] | None, list[Any]]] = []
+        # (column names, tuple rows): decoded without a dict each (job_reader)
+        claims: list[tuple[list[str], list[Any]]] = []
         taken = 0
         with self._tx(durable=False) as cur:
             limits = queue_limits(self._q(cur, "queue_limits", {"queues": self._list(queues)}))
@@ -546,29 +546,31 @@ class SQLiteBackend(SqlBackend):
                 if taken >= limit:
                     break
                 params = {**base, "queue": queue, "limit": limit - taken}
-                if queue in limits:  # under BEGIN IMMEDIATE the counts cannot move under us
+                limited = queue in limits  # under BEGIN IMMEDIATE the counts cannot move
+                if limited:
                     asked, factor = limit - taken, self._windows.factor(queue)
                     params.update(
                         limited_params(queue, limits[queue], asked, factor),
                         identity=self._list([worker_id, *tags]),
                     )
-                    rows = self._q(cur, "job_claim_limited", params)
+                cur.row_factory = None
+                try:
+                    cur.execute(Q["job_claim_limited" if limited else "job_claim"], params)
+                    rows = cur.fetchall()
+                finally:
+                    cur.row_factory = _dict_row
+                names = [d[0] for d in cur.description]
+                if limited:
                     self._windows.update(queue, factor, asked, len(rows))
-                    for spend in queue_spends(queue, limits[queue], rows):
+                    key = names.index("rate_key")  # only rated jobs spend from a key's bucket
+                    rated = [dict(zip(names, r, strict=True)) for r in rows if r[key]]
+                    for spend in queue_spends(queue, limits[queue], rated, len(rows)):
                         cur.execute(Q["rate_spend"], {**spend, "now": ts})
-                    claims.append((None, rows))
-                else:  # tuple rows: decoded without a dict each (job_reader)
-                    cur.row_factory = None
-                    try:
-                        cur.execute(Q["job_claim"], params)
-                        rows = cur.fetchall()
-                    finally:
-                        cur.row_factory = _dict_row
-                    claims.append(([d[0] for d in cur.description], rows))
+                claims.append((names, rows))
                 taken += len(rows)
         jobs: list[JobRecord] = []
         for names, rows in claims:  # one queue's each, in the order the queues were tried
-            claimed = [self._job(r) for r in rows] if names is None else self._jobs(names, rows)
+            claimed = self._jobs(names, rows)
             claimed.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
             jobs.extend(claimed)
         return jobs
