@@ -170,6 +170,16 @@ def test_what_the_client_sent_is_escaped_on_the_dashboards_error_pages(sqlite_se
         assert r.status_code == 422 and "<img" not in r.text and "&lt;img" in r.text
 
 
+def test_the_bare_error_pages_fit_a_phone(sqlite_server) -> None:
+    server = sqlite_server()
+    with server.client() as api:
+        missing = api.get("/jobs/123456789")
+        assert missing.status_code == 404 and "no job with id 123456789" in missing.text
+        assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in (
+            missing.text
+        )
+
+
 def _slow_sockets(port: int, n: int) -> tuple[list[socket.socket], list[socket.socket]]:
     """``n`` connections: half send nothing, half start a request and never finish it."""
     silent, trickling = [], []

@@ -211,7 +211,12 @@ async def viewer(ctx: ServerContext, request: Request) -> Viewer | Response:
 def error_page(status: int, text: str) -> HTMLResponse:
     """A bare error page. Its text is escaped: it may carry what the client sent
     (an address uvicorn took from ``X-Forwarded-For``, a name in a URL)."""
-    return HTMLResponse(f"<h1>{status}</h1><p>{escape(text)}</p>", status)
+    return HTMLResponse(
+        '<!doctype html><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{status} · Conveyor</title><h1>{status}</h1><p>{escape(text)}</p>",
+        status,
+    )
 
 
 def render(name: str, request: Request, who: Viewer, **data: Any) -> HTMLResponse:
