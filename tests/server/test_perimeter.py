@@ -170,6 +170,20 @@ def test_what_the_client_sent_is_escaped_on_the_dashboards_error_pages(sqlite_se
         assert r.status_code == 422 and "<img" not in r.text and "&lt;img" in r.text
 
 
+def test_the_login_page_says_only_its_own_words(sqlite_server) -> None:
+    # ?error= is a code: a link cannot make the sign-in page say what it likes
+    server = sqlite_server()
+    with server.client() as api:
+        planted = "Your session expired: call +1 555 0100 to restore access"
+        page = api.get("/login", params={"error": planted})
+        assert page.status_code == 200 and "555" not in page.text and "expired" not in page.text
+        refused = api.post("/login", content="token=cvy_nope&next=/jobs")
+        assert refused.status_code == 303
+        assert "error=token" in refused.headers["location"]
+        page = api.get(refused.headers["location"])
+        assert "That token is not valid." in page.text
+
+
 def test_the_bare_error_pages_fit_a_phone(sqlite_server) -> None:
     server = sqlite_server()
     with server.client() as api:
