@@ -1,7 +1,8 @@
 """Request models and field types shared by the routes. Every string the API
-takes refuses NUL characters and lone surrogates (no database stores them) and
-has a length limit; every number has bounds the databases can hold, so hostile
-input gets a 422 naming the field, never a database error."""
+takes refuses NUL characters and lone surrogates (no database stores them), names
+and keys every control character too, and each has a length limit; every number
+has bounds the databases can hold, so hostile input gets a 422 naming the field,
+never a database error."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ def clean_text(value: str) -> str:
     return value
 
 
+def printable(value: str) -> str:
+    """A name or key (not free text): a control character (newline, an ANSI escape)
+    could forge or garble a line where the CLI and the dashboard show it."""
+    if not value.isprintable():
+        raise ValueError("must be printable: no control characters (newline, tab, escape...)")
+    return value
+
+
 def _near(value: datetime) -> datetime:
     if value.tzinfo is None:  # a time without offset is UTC (records are in UTC)
         value = value.replace(tzinfo=UTC)
@@ -42,8 +51,18 @@ def _near(value: datetime) -> datetime:
 
 
 Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(clean_text)]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)]
-Key = Annotated[str, StringConstraints(min_length=1, max_length=1000), AfterValidator(clean_text)]
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200),
+    AfterValidator(clean_text),
+    AfterValidator(printable),
+]
+Key = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=1000),
+    AfterValidator(clean_text),
+    AfterValidator(printable),
+]
 
 
 def _not_builtin(value: str) -> str:
