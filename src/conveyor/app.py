@@ -529,9 +529,20 @@ class Conveyor:
         self._queues.set_rate_limit(name, rate_limit, burst, force)
 
     # -- workers -----------------------------------------------------------------------------
-    def workers(self) -> list[WorkerInfo]:
-        """Every registered worker (live or silent), with the jobs it holds."""
-        return self.reads.worker_list()
+    def workers(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        alive: bool | None = None,
+        worker_ttl_s: float = 7.0,
+    ) -> list[WorkerInfo]:
+        """Registered workers (live or silent) by id, with the jobs each holds: up
+        to ``limit`` (None: every one) after the id ``after``; ``alive`` True only
+        those heard from within ``worker_ttl_s``, False only the silent ones."""
+        return self.reads.worker_list(
+            limit=limit, after_id=after or "", alive=alive, ttl_s=worker_ttl_s
+        )
 
     def get_worker(self, worker_id: str) -> WorkerInfo:
         return self._reads.get_worker(worker_id)

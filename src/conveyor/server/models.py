@@ -205,16 +205,30 @@ def encode_cursor(*parts: object) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
+def _cursor_text(cursor: str) -> str:
+    """A cursor decoded ("" when it is not one this API returned)."""
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return ""
+
+
 def decode_cursor(cursor: str, n: int) -> list[str]:
     """The ``n`` parts of a cursor this API returned; ``ConfigError`` otherwise."""
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        text = ""
-    parts = text.split("|")
+    parts = _cursor_text(cursor).split("|")
     if len(parts) != n or not all(parts):
         raise ConfigError("cursor: not a cursor this API returned (pass next_cursor as it came)")
     return parts
+
+
+def cursor_name(cursor: str | None) -> str | None:
+    """The name a one-part cursor holds whole (a worker's id: any text, ``|`` too)."""
+    if cursor is None:
+        return None
+    text = _cursor_text(cursor)
+    if not text:
+        raise ConfigError("cursor: not a cursor this API returned (pass next_cursor as it came)")
+    return text
 
 
 def cursor_id(cursor: str | None) -> int | None:
