@@ -249,3 +249,22 @@ def test_slow_request_heads_are_cut_off_while_others_are_served(sqlite_server) -
         for _ in range(3):
             assert api.get("/v1/jobs").status_code == 200
             time.sleep(0.6)
+
+
+def test_a_refused_request_head_is_answered_not_reset(sqlite_server) -> None:
+    # uvicorn closed at once with the rest of an oversized head unread: the kernel
+    # reset the connection and the client never read the 400 it was sent
+    server = sqlite_server()
+    with server.client() as api:
+        for size in (200_000, 4_000_000):
+            r = api.get("/healthz", headers={"X-Big": "a" * size})
+            assert r.status_code == 431 and r.text == "Request Header Fields Too Large"
+        assert api.get("/healthz", headers={"X-Big": "a" * 12_000}).status_code == 200
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(b"NOT HTTP AT ALL\r\n\r\n" + b"x" * 1_000_000)
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"Invalid HTTP request" in answer
+    with server.client() as api:
+        assert api.get("/healthz").status_code == 200
