@@ -122,7 +122,7 @@ def test_send_many_past_one_chunk_stores_what_one_chunk_does(app, send_email):
 
     odd = 'tab\there\nnew\r "q" back\\slash \\N é 𝄞 \\u0000 not a NUL'
     items = [(f"{i}@x.y", odd if i % 3 == 0 else str(i)) for i in range(2 * STREAM_CHUNK + 7)]
-    options = {"delay": 30, "priority": 3, "tenant": "t\t1", "timeout": 7.5, "max_attempts": 2}
+    options = {"delay": 30, "priority": 3, "tenant": "t\\N 1\\t", "timeout": 7.5, "max_attempts": 2}
     many = send_email.send_many(items, **options)
     few = send_email.send_many(items[:2], **options)
     assert [j.created for j in many] == [True] * len(items)
@@ -135,7 +135,7 @@ def test_send_many_past_one_chunk_stores_what_one_chunk_does(app, send_email):
         for name in _SENT_FIELDS:
             assert getattr(stored, name) == getattr(one, name) == getattr(job, name), name
         assert stored.scheduled_at - stored.created_at == one.scheduled_at - one.created_at
-    assert one.state == "scheduled" and one.tenant == "t\t1" and one.priority == 3
+    assert one.state == "scheduled" and one.tenant == "t\\N 1\\t" and one.priority == 3
     now = send_email.send_many([("n@w.z",)] * (STREAM_CHUNK + 1))  # available: workers woken
     assert {app.get_job(j.id).state for j in now} == {JobState.AVAILABLE}
 

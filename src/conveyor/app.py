@@ -17,7 +17,14 @@ from typing import Any, overload
 from .actions import Actions
 from .backends.interfaces import Backend
 from .batch import Batch
-from .checks import DEFAULT_RETENTION, check_id, check_retention, check_tuning, make_filter
+from .checks import (
+    DEFAULT_RETENTION,
+    check_id,
+    check_name,
+    check_retention,
+    check_tuning,
+    make_filter,
+)
 from .cron import Periodic
 from .database import Database, Replica
 from .diagnosis import Diagnosis
@@ -51,7 +58,7 @@ from .records import (
 from .registry import Registry
 from .retry import Backoff
 from .serving import Serving
-from .task import P, R, Step, Task, TaskDecorator, check_queue_name
+from .task import P, R, Step, Task, TaskDecorator
 from .workflow import Workflow, WorkflowRun
 
 DEFAULT_URL = "sqlite:///conveyor.db"
@@ -82,7 +89,7 @@ class Conveyor:
         #: a streaming replica of the database, for what only reads: lists, counts,
         #: metrics, event streams and the dashboard (``reads``); None: the primary
         self.read_url = read_url
-        check_queue_name(default_queue)
+        check_name(default_queue, "default_queue")
         self.default_queue = default_queue
         self.auto_migrate = auto_migrate
         self.max_payload_bytes = max_payload_bytes
@@ -522,9 +529,20 @@ class Conveyor:
         self._queues.set_rate_limit(name, rate_limit, burst, force)
 
     # -- workers -----------------------------------------------------------------------------
-    def workers(self) -> list[WorkerInfo]:
-        """Every registered worker (live or silent), with the jobs it holds."""
-        return self.reads.worker_list()
+    def workers(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        alive: bool | None = None,
+        worker_ttl_s: float = 7.0,
+    ) -> list[WorkerInfo]:
+        """Registered workers (live or silent) by id, with the jobs each holds: up
+        to ``limit`` (None: every one) after the id ``after``; ``alive`` True only
+        those heard from within ``worker_ttl_s``, False only the silent ones."""
+        return self.reads.worker_list(
+            limit=limit, after_id=after or "", alive=alive, ttl_s=worker_ttl_s
+        )
 
     def get_worker(self, worker_id: str) -> WorkerInfo:
         return self._reads.get_worker(worker_id)

@@ -34,6 +34,23 @@ def make_filter(filter: JobFilter | None = None, **fields: Any) -> JobFilter:
     return dataclasses.replace(filter, **given) if given else filter
 
 
+def check_name(value: Any, what: str, *, max_length: int = 200) -> str:
+    """A name or key a caller gives (a task, queue, tenant, token, batch, workflow,
+    limit key): printable text, as the CLI and the dashboard show it. A control
+    character (NUL, newline, an ANSI escape) could forge or garble a line there."""
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > max_length
+        or not value.isprintable()
+    ):
+        raise ConfigError(
+            f"{what} must be a non-empty printable string (no control characters) of at "
+            f"most {max_length} characters, got {value!r}"
+        )
+    return value
+
+
 def check_id(value: Any, what: str) -> int:
     try:
         n = int(value)

@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from .backends.interfaces import Backend
+from .checks import check_name
 from .errors import ConfigError
 from .records import QueueInfo
 from .registry import BUILTIN_TASKS, user_tasks
-from .task import Task, check_queue_name, parse_rate
+from .task import Task, parse_rate
 
 MAX_INT32 = 2**31 - 1
 
@@ -71,7 +72,7 @@ class QueueControl:
     def _known(self, name: str, force: bool) -> None:
         """A queue of one of the app's tasks, its default one, or one the database
         has: a typo would otherwise set up a queue no job ever goes to."""
-        check_queue_name(name)
+        check_name(name, "a queue name")
         if force:
             return
         host = self._host

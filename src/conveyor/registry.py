@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Protocol, cast
 
-from .checks import sensitive_parameters
+from .checks import check_name, sensitive_parameters
 from .cron import Periodic
 from .errors import ConfigError
 from .retry import Backoff
@@ -116,6 +116,7 @@ class Registry:
         task_name = name or getattr(f, "__name__", None)
         if not task_name:
             raise ConfigError(f"cannot name task {f!r}: pass name=")
+        check_name(task_name, "a task name")
         if task_name in tasks:
             other = tasks[task_name].fn
             raise ConfigError(
@@ -187,10 +188,7 @@ class Registry:
                 f"enqueue by name takes the task's name, {name.name!r}, not the task:"
                 f" or send through the task itself ({name.name.rsplit('.', 1)[-1]}.send(...))"
             )
-        if not isinstance(name, str) or not name.strip() or len(name) > 200:
-            raise ConfigError(
-                f"a task name is a non-empty string of at most 200 characters, got {name!r}"
-            )
+        check_name(name, "a task name")
         remote = self._remote.get(name)
         if remote is None:
             remote = Task(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import serialize
 from . import settings as task_settings
 from .backends import waits
-from .checks import check_id
+from .checks import check_id, check_name
 from .encoding import not_run_message
 from .errors import ConfigError, Conflict
 from .outcomes import (
@@ -69,20 +69,6 @@ CLOCK_SKEW_S = 5.0
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
-
-
-def _name(value: Any, what: str) -> str:
-    if (
-        not isinstance(value, str)
-        or not value.strip()
-        or len(value) > 200
-        or "\x00" in value
-        or not value.isprintable()
-    ):
-        raise ConfigError(
-            f"{what} must be a non-empty printable string of at most 200 characters, got {value!r}"
-        )
-    return value
 
 
 @dataclass
@@ -153,11 +139,11 @@ class Serving:
         return self.backend.task_settings_list()
 
     def get_task_settings(self, name: str) -> TaskSettings:
-        _name(name, "a task name")
+        check_name(name, "a task name")
         return self.backend.task_settings_get(task=name) or TaskSettings(task=name)
 
     def set_task_settings(self, name: str, **fields: Any) -> TaskSettings:
-        _name(name, "a task name")
+        check_name(name, "a task name")
         checked = task_settings.check_fields(fields)
         merged = replace(self.get_task_settings(name), **checked, updated_at=None)
         changed = self.backend.task_settings_set(
@@ -168,7 +154,7 @@ class Serving:
         return self.get_task_settings(name)
 
     def delete_task_settings(self, name: str) -> bool:
-        _name(name, "a task name")
+        check_name(name, "a task name")
         deleted = self.backend.task_settings_delete(task=name)
         self.state.settings.invalidate()
         return deleted
@@ -202,7 +188,7 @@ class Serving:
     # -- sensitive arguments ----------------------------------------------------------------
     def hide_arguments(self, task: str, parameters: Mapping[str, int | None]) -> None:
         for name, position in parameters.items():
-            _name(name, "a parameter name")
+            check_name(name, "a parameter name")
             if position is not None and (not isinstance(position, int) or position < 0):
                 raise ConfigError(f"{name}: a position is an integer >= 0, got {position!r}")
         serialize.hide_arguments(task, parameters)
@@ -251,7 +237,7 @@ class Serving:
             scopes = ", ".join(s.value for s in TokenScope)
             raise ConfigError(f"scope must be one of {scopes}; got {scope!r}") from None
         if name is not None:
-            _name(name, "a token name")
+            check_name(name, "a token name")
         token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         token = ApiToken(id=token_id, name=name, scope=checked, created_at=datetime.now(UTC))
         self.backend.token_insert(token=token, secret_hash=_digest(secret))
@@ -333,7 +319,7 @@ class Serving:
         if not isinstance(limit, int) or not 1 <= limit <= MAX_LEASE:
             raise ConfigError(f"limit must be an integer from 1 to {MAX_LEASE}, got {limit!r}")
         for q in queues:
-            _name(q, "a queue name")
+            check_name(q, "a queue name")
         jobs = self.backend.job_claim(
             queues=list(queues),
             worker_id=worker_id,

@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypedDict, Unpack, cast, overload
 from typing_extensions import ParamSpec, TypeVar
 
 from .batch import Batch, BatchApp, batch_fingerprint, check_same_batch
+from .checks import check_name
 from .connections import call_with
 from .encoding import MAX_DEPTH, TooDeep, argument_parts, check_depth, may_nest_over
 from .errors import BadArguments, ConfigError, SerializationError
@@ -182,16 +183,9 @@ class TaskDefaults:
             )
 
 
-def check_queue_name(name: object) -> None:
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise ConfigError(
-            f"a queue name is a non-empty string of at most 200 characters, got {name!r}"
-        )
-
-
 def _check_options(**opts: Any) -> None:
     if "queue" in opts:
-        check_queue_name(opts["queue"])
+        check_name(opts["queue"], "a queue name")
     if "priority" in opts and (
         not isinstance(opts["priority"], int) or isinstance(opts["priority"], bool)
     ):
@@ -209,16 +203,11 @@ def _check_options(**opts: Any) -> None:
     if delay is not None and (not isinstance(delay, int | float) or delay < 0):
         raise ConfigError(f"delay must be a number of seconds >= 0, got {delay!r}")
     stage = opts.get("stage")
-    if stage is not None and (not isinstance(stage, str) or not stage or len(stage) > 200):
-        raise ConfigError(
-            f"stage must be a non-empty string of at most 200 characters, got {stage!r}"
-        )
+    if stage is not None:
+        check_name(stage, "stage")
     for key in ("unique_key", "idempotency_key", "tenant"):
-        value = opts.get(key)
-        if value is not None and (not isinstance(value, str) or not value or len(value) > 1000):
-            raise ConfigError(
-                f"{key} must be a non-empty string of at most 1000 characters, got {value!r}"
-            )
+        if opts.get(key) is not None:
+            check_name(opts[key], key, max_length=1000)
     run_at = opts.get("run_at")
     if run_at is not None:
         if not isinstance(run_at, datetime) or run_at.tzinfo is None:
@@ -559,14 +548,10 @@ class Task(Generic[P, R]):
         """A limit's key: ``"<param>=<value>"`` for a parameter name, or what a
         callable of the job's arguments returns."""
         if callable(spec):
-            value = spec(*args, **kwargs)
-            if not isinstance(value, str) or not value:
-                raise ConfigError(
-                    f"a key function of task {self.name!r} must return a "
-                    f"non-empty string, got {value!r}"
-                )
-            return value
-        return f"{spec}={self._value(spec, args, kwargs)}"
+            what = f"what a key function of task {self.name!r} returns"
+            return check_name(spec(*args, **kwargs), what, max_length=1000)
+        what = f"a limit key of task {self.name!r} (from its parameter {spec!r})"
+        return check_name(f"{spec}={self._value(spec, args, kwargs)}", what, max_length=1000)
 
     def _value(
         self, spec: str | Callable[..., str], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -676,8 +661,8 @@ class Task(Generic[P, R]):
                 "pass idempotency_key= for the batch itself"
             )
         _check_options(idempotency_key=idempotency_key)
-        if name is not None and not isinstance(name, str):
-            raise ConfigError(f"batch name must be a string, got {name!r}")
+        if name is not None:
+            check_name(name, "a batch name")
         callback = _callback_json(on_complete)
         template = self.template(**options)
         if distinct_workers:  # each job of this batch on a different worker

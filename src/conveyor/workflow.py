@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from .checks import check_name
 from .errors import ConfigError, ConveyorError, KeyReused
 from .records import (
     NodeState,
@@ -83,8 +84,7 @@ class Workflow:
     """A graph being declared (``app.workflow(name)``); ``start()`` writes it."""
 
     def __init__(self, app: WorkflowApp, name: str, idempotency_key: str | None = None) -> None:
-        if not isinstance(name, str) or not name.strip() or len(name) > 200:
-            raise ConfigError(f"name: a workflow needs a name of 1 to 200 characters, got {name!r}")
+        check_name(name, "name: a workflow's name")
         self.app, self.name, self.idempotency_key = app, name, idempotency_key
         self.specs: list[WorkflowNodeSpec] = []
         self._names: set[str] = set()
@@ -158,9 +158,7 @@ class Workflow:
             name, n = base, len(self.specs)
             while name in taken:  # a name given earlier may be "base-n" already
                 name, n = f"{base}-{n}", n + 1
-        elif not isinstance(name, str) or not name or len(name) > 200:
-            raise ConfigError(f"name: a node name has 1 to 200 characters, got {name!r}")
-        elif name in taken:
+        elif check_name(name, "name: a node's name") in taken:
             raise ConfigError(f"name: workflow {self.name!r} has a node {name!r} already")
         spec = WorkflowNodeSpec(name, kind, step.to_dict(), tuple(parents), over, on_parent_failure)
         self.specs.append(spec)

@@ -27,6 +27,19 @@ def test_heartbeat_writes_one_row_and_reports_what_the_worker_holds(backend):
     assert backend.worker_list() == []
 
 
+def test_workers_are_listed_a_page_at_a_time_alive_or_silent(backend):
+    for wid in ("w3", "w1", "w2", "w10"):
+        register(backend, wid)
+    register(backend, "w2", now=later(-300))  # silent for five minutes
+    assert [w.id for w in backend.worker_list()] == ["w1", "w10", "w2", "w3"]
+    assert [w.id for w in backend.worker_list(limit=2)] == ["w1", "w10"]
+    assert [w.id for w in backend.worker_list(limit=2, after_id="w10")] == ["w2", "w3"]
+    assert backend.worker_list(limit=2, after_id="w3") == []
+    assert [w.id for w in backend.worker_list(alive=True, ttl_s=7)] == ["w1", "w10", "w3"]
+    assert [w.id for w in backend.worker_list(alive=False, ttl_s=7)] == ["w2"]
+    assert [w.id for w in backend.worker_list(alive=True, ttl_s=600)] == ["w1", "w10", "w2", "w3"]
+
+
 def test_a_forgotten_worker_learns_it_was_judged_dead(backend):
     assert register(backend, "w1").resurrected  # a first beat creates the row
     assert not register(backend, "w1").resurrected

@@ -135,11 +135,25 @@ def test_jobs_list_and_show(invoke: Invoke, db_url: str, finished: dict[str, int
     ):
         assert text in shown.stdout
 
+    succeeded = invoke("jobs", "show", str(finished["succeeded"]), url=db_url).stdout
+    assert "succeeded" in succeeded and "lease" not in succeeded  # no lease once finished
+
     detail = json.loads(
         invoke("jobs", "show", str(finished["succeeded"]), "--json", url=db_url).stdout
     )
     assert detail["result"] == 5 and detail["state"] == "succeeded"
     assert [a["outcome"] for a in detail["attempts"]] == ["succeeded"]
+
+
+def test_jobs_show_names_the_lease_only_while_running(
+    invoke: Invoke, db_url: str, app: Conveyor
+) -> None:
+    cliapp.register(app)
+    job_id = app.tasks["add"].send(1, 2).id
+    (claimed,) = app.serving.claim("remote-1", ["default"], limit=1, lease_s=60)
+    assert claimed.id == job_id
+    shown = invoke("jobs", "show", str(job_id), url=db_url).stdout
+    assert "lease owner" in shown and "remote-1" in shown and "lease expires" in shown
 
 
 def test_jobs_list_filters(invoke: Invoke, db_url: str, finished: dict[str, int]) -> None:

@@ -75,6 +75,44 @@ def test_hostile_inputs_get_4xx(api, server):
     assert "Traceback" not in server.log.read_text()
 
 
+def test_control_characters_in_names_and_keys_get_422_naming_the_field(api, server):
+    # a newline or an ANSI escape in a name could forge or garble a line where the
+    # CLI and the dashboard show it; the bulk routes refuse it as the single ones do
+    node = {"name": "n", "task": "t"}
+    cases = [
+        ("POST", "/v1/jobs", {"task": "a\nb"}, "task"),
+        ("POST", "/v1/jobs", {"task": "t", "queue": "q\x1b[2J"}, "queue"),
+        ("POST", "/v1/jobs", {"task": "t", "tenant": "a\rb"}, "tenant"),
+        ("POST", "/v1/jobs", {"task": "t", "unique_key": "a\x07"}, "unique_key"),
+        ("POST", "/v1/jobs/bulk", {"jobs": [{"task": "t"}, {"task": "t\x0b"}]}, "task"),
+        ("POST", "/v1/jobs/bulk", {"jobs": [{"task": "t"}, {"task": "t", "queue": "\t"}]}, "queue"),
+        ("POST", "/v1/batches", {"task": "t", "items": [[1]], "name": "a\nb"}, "name"),
+        ("POST", "/v1/batches", {"task": "t", "items": [[1]], "tenant": "\x1b"}, "tenant"),
+        ("POST", "/v1/workflows", {"name": "a\nb", "nodes": [node]}, "name"),
+        ("POST", "/v1/workflows", {"name": "w", "nodes": [{**node, "name": "\x85"}]}, "name"),
+        ("POST", "/v1/tokens", {"scope": "read", "name": "a\nb"}, "name"),
+        ("POST", "/v1/queues/a%0Ab/pause", {}, "name"),
+        ("PUT", "/v1/queues/a%1Bb/concurrency", {"max_running": 1}, "name"),
+        ("POST", "/v1/jobs/bulk-cancel", {"tenant": "a\nb", "dry_run": True}, "tenant"),
+        ("POST", "/v1/leases", {"worker": "w", "queues": ["a\nb"]}, "queues"),
+        ("POST", "/v1/workers/w/heartbeat", {"hostname": "h\x1b[1m"}, "hostname"),
+    ]
+    for method, path, body, field in cases:
+        r = api.request(method, path, json=body)
+        assert r.status_code == 422, (method, path, body, r.status_code, r.text[:300])
+        assert field in r.text and "printable" in r.text, (path, r.text[:300])
+    r = api.get("/v1/jobs", params={"queue": "a\nb"})
+    assert r.status_code == 422 and "queue" in r.text
+    r = api.post("/api/task/createTask", json={"taskData": {"taskType": "a\nb"}})
+    assert r.json()["code"] >= 400 and "taskType" in r.text
+    # nothing was stored half: no job, batch, workflow, token or worker "w"
+    for path in ("/v1/jobs", "/v1/batches", "/v1/workflows", "/v1/tokens"):
+        listed = api.get(path).json()
+        assert not any(listed.values() if isinstance(listed, dict) else listed), (path, listed)
+    assert api.get("/v1/workers/w").status_code == 404
+    assert "Traceback" not in server.log.read_text()
+
+
 def test_bad_query_parameters_get_422_naming_them_on_the_api_and_the_dashboard(api, server):
     huge = "99999999999999999999999"
     cases = [

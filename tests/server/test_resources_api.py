@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
 
 from conveyor.outcomes import OutcomeKind, RemoteOutcome
 from conveyor.records import WorkerInfo
@@ -179,6 +181,34 @@ def test_workers(api, producer, db_url, tmp_path):
         "poll_interval_s": 1.0,
     }
     assert api.post("/v1/workers/nobody/stop").status_code == 404
+
+
+def test_workers_are_listed_a_keyset_page_at_a_time(api, producer):
+    for wid in ("zz-c", "zz-a|1", "zz-b"):  # any text is an id, "|" too
+        assert api.post(f"/v1/workers/{quote(wid)}/heartbeat").status_code == 200
+    gone = WorkerInfo(id="zz-dead", hostname="h", pid=1, queues=["default"], concurrency=1)
+    producer.backend.worker_heartbeat(worker=gone, now=datetime.now(UTC) - timedelta(minutes=5))
+    seen, cursor, pages = [], None, 0
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        body = api.get("/v1/workers", params=params).json()
+        assert len(body["workers"]) <= 2
+        seen += [w["id"] for w in body["workers"]]
+        cursor, pages = body["next_cursor"], pages + 1
+        if cursor is None:
+            break
+    ours = [w for w in seen if w.startswith("zz-")]
+    assert ours == ["zz-a|1", "zz-b", "zz-c", "zz-dead"] and len(set(seen)) == len(seen)
+    assert pages >= 3  # the server's own internal worker is listed too
+    silent = api.get("/v1/workers", params={"alive": "false"}).json()
+    assert [w["id"] for w in silent["workers"]] == ["zz-dead"] and not silent["workers"][0]["alive"]
+    alive = api.get("/v1/workers", params={"alive": "true"}).json()["workers"]
+    assert "zz-dead" not in {w["id"] for w in alive} and all(w["alive"] for w in alive)
+    everyone = api.get("/v1/workers").json()
+    assert everyone["next_cursor"] is None and len(everyone["workers"]) == len(seen)
+    for bad in ({"cursor": "!!"}, {"limit": 0}, {"limit": 1001}, {"alive": "maybe"}):
+        r = api.get("/v1/workers", params=bad)
+        assert r.status_code == 422 and next(iter(bad)) in r.text, (bad, r.text)
 
 
 def test_task_settings_over_http_and_cli(api, producer, db_url):

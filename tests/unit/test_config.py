@@ -79,6 +79,47 @@ def test_bad_arguments_fail_at_send_and_write_nothing(tmp_path):
     assert app.counts() == []
 
 
+@pytest.mark.parametrize("bad", ["a\x00b", "a\nb", "a\tb", "\x1b[31mred", "a\u2028b", "\ud800"])
+def test_names_and_keys_are_printable(tmp_path, bad):
+    # a control character could forge or garble a line where the CLI and the
+    # dashboard show a name; each is refused where it comes in, and nothing is stored
+    app = Conveyor(f"sqlite:///{tmp_path}/c.db")
+
+    @app.task(concurrency_key="user", concurrency_limit=1)
+    def per_user(user):
+        return user
+
+    @app.task(concurrency_key=lambda user: user, concurrency_limit=1, name="by_key")
+    def by_key(user):
+        return user
+
+    refused = [
+        ("a task name", lambda: app.task(name=bad)(lambda: None)),
+        ("a task name", lambda: app.enqueue(bad)),
+        ("a queue name", lambda: per_user.send("u", queue=bad)),
+        ("a queue name", lambda: app.pause_queue(bad)),
+        ("a queue name", lambda: app.set_queue_limit(bad, 3)),
+        ("default_queue", lambda: Conveyor(f"sqlite:///{tmp_path}/c.db", default_queue=bad)),
+        ("tenant", lambda: per_user.send("u", tenant=bad)),
+        ("unique_key", lambda: per_user.send("u", unique_key=bad)),
+        ("stage", lambda: per_user.send("u", stage=bad)),
+        ("a batch name", lambda: per_user.batch([("u",)], name=bad)),
+        ("workflow's name", lambda: app.workflow(bad)),
+        ("node's name", lambda: app.workflow("w").add(per_user.s("u"), name=bad)),
+        ("a token name", lambda: app.create_token("read", name=bad)),
+    ]
+    if "\x00" not in bad and "\ud800" not in bad:  # (arguments refuse those first)
+        refused += [
+            ("limit key of task 'per_user'", lambda: per_user.send(bad)),
+            ("key function of task 'by_key'", lambda: by_key.send(bad)),
+            ("limit key of task 'per_user'", lambda: per_user.batch([("u",), (bad,)])),
+        ]
+    for what, call in refused:
+        with pytest.raises(ConfigError, match=what):
+            call()
+    assert app.counts() == [] and app.list_batches() == [] and app.tokens() == []
+
+
 def test_sync_pool_runs_submissions_concurrently_up_to_its_size():
     import threading
 

@@ -307,8 +307,18 @@ class WorkerStore(abc.ABC):
         """Ask a worker to drain and exit (it learns at its next heartbeat)."""
 
     @abc.abstractmethod
-    def worker_list(self) -> list[WorkerInfo]:
-        """Every registered worker, with the number of jobs it holds."""
+    def worker_list(
+        self,
+        *,
+        limit: int | None = None,
+        after_id: str = "",
+        alive: bool | None = None,
+        ttl_s: float = 7.0,
+        now: datetime | None = None,
+    ) -> list[WorkerInfo]:
+        """Registered workers by id, each with the number of jobs it holds: up to
+        ``limit`` (None: all) after ``after_id``; ``alive`` True only those heard
+        from within ``ttl_s``, False only the others."""
 
     @abc.abstractmethod
     def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:

@@ -225,9 +225,11 @@ def job_fields(job: Job) -> Table:
         ("context", None if job.context is None else json.dumps(job.context)),
         ("batch", job.batch_id),
         *chain_rows(job),
-        ("lease owner", job.lease_owner),
-        ("lease expires", when(job.lease_expires_at)),
     ]
+    if job.state == JobState.RUNNING:
+        # a finished job keeps the worker that ran it in its lease fields (the
+        # attempt log names it): a lease shown there reads as still held
+        rows += [("lease owner", job.lease_owner), ("lease expires", when(job.lease_expires_at))]
     if job.result is not None or job.state == JobState.SUCCEEDED:
         rows.append(("result", json.dumps(job.result)))
     rows.append(("error", Text(job.error, style="red") if job.error else None))

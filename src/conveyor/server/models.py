@@ -1,7 +1,8 @@
 """Request models and field types shared by the routes. Every string the API
-takes refuses NUL characters and lone surrogates (no database stores them) and
-has a length limit; every number has bounds the databases can hold, so hostile
-input gets a 422 naming the field, never a database error."""
+takes refuses NUL characters and lone surrogates (no database stores them), names
+and keys every control character too, and each has a length limit; every number
+has bounds the databases can hold, so hostile input gets a 422 naming the field,
+never a database error."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ def clean_text(value: str) -> str:
     return value
 
 
+def printable(value: str) -> str:
+    """A name or key (not free text): a control character (newline, an ANSI escape)
+    could forge or garble a line where the CLI and the dashboard show it."""
+    if not value.isprintable():
+        raise ValueError("must be printable: no control characters (newline, tab, escape...)")
+    return value
+
+
 def _near(value: datetime) -> datetime:
     if value.tzinfo is None:  # a time without offset is UTC (records are in UTC)
         value = value.replace(tzinfo=UTC)
@@ -42,8 +51,18 @@ def _near(value: datetime) -> datetime:
 
 
 Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(clean_text)]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)]
-Key = Annotated[str, StringConstraints(min_length=1, max_length=1000), AfterValidator(clean_text)]
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200),
+    AfterValidator(clean_text),
+    AfterValidator(printable),
+]
+Key = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=1000),
+    AfterValidator(clean_text),
+    AfterValidator(printable),
+]
 
 
 def _not_builtin(value: str) -> str:
@@ -186,16 +205,30 @@ def encode_cursor(*parts: object) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
+def _cursor_text(cursor: str) -> str:
+    """A cursor decoded ("" when it is not one this API returned)."""
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return ""
+
+
 def decode_cursor(cursor: str, n: int) -> list[str]:
     """The ``n`` parts of a cursor this API returned; ``ConfigError`` otherwise."""
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        text = ""
-    parts = text.split("|")
+    parts = _cursor_text(cursor).split("|")
     if len(parts) != n or not all(parts):
         raise ConfigError("cursor: not a cursor this API returned (pass next_cursor as it came)")
     return parts
+
+
+def cursor_name(cursor: str | None) -> str | None:
+    """The name a one-part cursor holds whole (a worker's id: any text, ``|`` too)."""
+    if cursor is None:
+        return None
+    text = _cursor_text(cursor)
+    if not text:
+        raise ConfigError("cursor: not a cursor this API returned (pass next_cursor as it came)")
+    return text
 
 
 def cursor_id(cursor: str | None) -> int | None:

@@ -484,8 +484,23 @@ class SqlBackend(Backend):
                 self._wake(cur, ["@cancel"])
         return found
 
-    def worker_list(self) -> list[WorkerInfo]:
-        return [worker_from_row(r, self._ts) for r in self._rows("worker_list", {})]
+    def worker_list(
+        self,
+        *,
+        limit: int | None = None,
+        after_id: str = "",
+        alive: bool | None = None,
+        ttl_s: float = 7.0,
+        now: datetime | None = None,
+    ) -> list[WorkerInfo]:
+        params = {
+            "limit": 2**62 if limit is None else limit,
+            "after_id": after_id,
+            "alive": -1 if alive is None else int(alive),
+            "ttl_s": float(ttl_s),
+            "now": self._now(now),
+        }
+        return [worker_from_row(r, self._ts) for r in self._rows("worker_list", params)]
 
     def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
         return self._count(

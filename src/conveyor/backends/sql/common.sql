@@ -185,9 +185,17 @@ DELETE FROM conveyor_workers WHERE last_seen_at < {NOW_MINUS(:older_than_s)}
 UPDATE conveyor_workers SET stop_requested = TRUE WHERE id = :id
 
 -- name: worker_list
+-- A keyset page on the primary key (MariaDB's tables are binary-collated, so ids
+-- compare as they sort). :alive: 1 only workers heard from within :ttl_s, 0 only
+-- the silent ones, -1 both.
 SELECT w.*, (SELECT count(*) FROM conveyor_jobs j
              WHERE j.lease_owner = w.id AND j.state = 'running') AS held_jobs
-FROM conveyor_workers w ORDER BY w.started_at, w.id
+FROM conveyor_workers w
+WHERE w.id > :after_id
+  AND (:alive < 0
+       OR :alive = CASE WHEN w.last_seen_at >= {NOW_MINUS(:ttl_s)} THEN 1 ELSE 0 END)
+ORDER BY w.id
+LIMIT :limit
 
 -- name: leader_get
 SELECT holder FROM conveyor_leaders WHERE name = :name

@@ -211,7 +211,12 @@ async def viewer(ctx: ServerContext, request: Request) -> Viewer | Response:
 def error_page(status: int, text: str) -> HTMLResponse:
     """A bare error page. Its text is escaped: it may carry what the client sent
     (an address uvicorn took from ``X-Forwarded-For``, a name in a URL)."""
-    return HTMLResponse(f"<h1>{status}</h1><p>{escape(text)}</p>", status)
+    return HTMLResponse(
+        '<!doctype html><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{status} · Conveyor</title><h1>{status}</h1><p>{escape(text)}</p>",
+        status,
+    )
 
 
 def render(name: str, request: Request, who: Viewer, **data: Any) -> HTMLResponse:
@@ -255,6 +260,11 @@ def favicon() -> Response:
     return Response(status_code=204)
 
 
+#: what ``/login?error=`` may say, by code: the page shows no text from the URL, so
+#: a link cannot plant a message of its own (an unknown code shows nothing)
+LOGIN_ERRORS = {"token": "That token is not valid."}
+
+
 @router.get("/login", response_class=HTMLResponse)
 def login_page(request: Request, next: str = "/", error: str | None = None) -> HTMLResponse:
     html = env.get_template("login.html").render(
@@ -262,7 +272,7 @@ def login_page(request: Request, next: str = "/", error: str | None = None) -> H
         root=_root(request),
         here=_here(request),
         next=_local(next),
-        error=error,
+        error=LOGIN_ERRORS.get(error or ""),
         who=None,
     )
     return HTMLResponse(html)
@@ -278,7 +288,7 @@ async def login(request: Request, app: Facade) -> Response:
         await asyncio.to_thread(app.serving.authenticate, token.strip()) if token.strip() else None
     )
     if found is None:
-        query = urlencode({"next": _local(next), "error": "That token is not valid."})
+        query = urlencode({"next": _local(next), "error": "token"})
         return RedirectResponse(f"{_root(request)}/login?{query}", status_code=303)
     response = RedirectResponse(_root(request) + _local(next), status_code=303)
     response.set_cookie(

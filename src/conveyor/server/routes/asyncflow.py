@@ -34,7 +34,17 @@ from ..auth import PRODUCER, READ, WORKER, requires
 from ..context import ServerContext
 from ..dependencies import Ctx, Facade
 from ..errors import envelope
-from ..models import MAX_SECONDS, Attempts, Key, Name, Priority, Seconds, Text, clean_text
+from ..models import (
+    MAX_SECONDS,
+    Attempts,
+    Key,
+    Name,
+    Priority,
+    Seconds,
+    Text,
+    clean_text,
+    printable,
+)
 
 #: asyncflow status -> Conveyor states
 STATES: dict[int, tuple[JobState, ...]] = {
@@ -46,7 +56,9 @@ STATES: dict[int, tuple[JobState, ...]] = {
 Status = Annotated[
     int, Field(ge=1, le=4, description="1 waiting, 2 running, 3 succeeded, 4 failed")
 ]
-Stage = Annotated[str, StringConstraints(max_length=200), AfterValidator(clean_text)]
+Stage = Annotated[
+    str, StringConstraints(max_length=200), AfterValidator(clean_text), AfterValidator(printable)
+]
 JsonText = Annotated[str, StringConstraints(max_length=16 << 20), AfterValidator(clean_text)]
 #: orderTime and the other times are milliseconds since the epoch
 Millis = Annotated[int, Field(ge=0, le=int((time.time() + MAX_SECONDS) * 1000))]

@@ -249,7 +249,7 @@ def get_action(action_id: Annotated[Key, Path(max_length=64)], app: Facade) -> A
     return serialize.action(app.plumbing.bulk_action(action_id))
 
 
-def page(key: str, items: list[Any], limit: int, last_id: int, *more: object) -> dict[str, Any]:
+def page(key: str, items: list[Any], limit: int, last_id: object, *more: object) -> dict[str, Any]:
     """A page and the cursor of the next one (``None`` when this one was short)."""
     return {
         key: items,

@@ -1,12 +1,12 @@
-"""``/v1/workers``: every registered worker, in-process or remote (host, pid,
-queues, running jobs, heartbeat age, alive or silent); stop one; and the
-heartbeat remote workers send to keep the jobs they hold."""
+"""``/v1/workers``: the registered workers, in-process or remote (host, pid,
+queues, running jobs, heartbeat age, alive or silent), a keyset page at a time;
+stop one; and the heartbeat remote workers send to keep the jobs they hold."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import Field
 
 from ... import serialize
@@ -15,7 +15,8 @@ from ...records import WorkerInfo
 from ..auth import ADMIN, READ, WORKER, requires
 from ..context import ServerContext
 from ..dependencies import Ctx
-from ..models import MAX_INT32, Name, QueueName, Strict
+from ..models import MAX_INT32, Name, QueueName, Strict, cursor_name
+from .jobs import page
 
 WorkerPath = Annotated[Name, Path(description="the worker's id")]
 
@@ -54,8 +55,23 @@ def _show(ctx: ServerContext, info: WorkerInfo) -> dict[str, Any]:
 
 
 @router.get("/workers", summary="Workers, alive or silent", dependencies=[requires(READ)])
-def list_workers(ctx: Ctx) -> Any:
-    return {"workers": [_show(ctx, w) for w in ctx.conveyor.workers()]}
+def list_workers(
+    ctx: Ctx,
+    alive: Annotated[
+        bool | None,
+        Query(
+            description="true: only workers heard from within the worker ttl; false: "
+            "only the silent ones"
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> Any:
+    """By id. ``next_cursor`` (when there may be more) gives the next page."""
+    found = ctx.conveyor.workers(
+        limit=limit, after=cursor_name(cursor), alive=alive, worker_ttl_s=ctx.worker_ttl_s
+    )
+    return page("workers", [_show(ctx, w) for w in found], limit, found[-1].id if found else "")
 
 
 @router.get("/workers/{worker_id}", summary="One worker", dependencies=[requires(READ)])
