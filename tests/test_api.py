@@ -458,3 +458,38 @@ def test_a_wait_that_times_out_says_what_holds_the_job_back(app, send_email):
         job.wait(timeout=0.2)
     with pytest.raises(TimeoutError, match=said):
         asyncio.run(job.await_result(timeout=0.2))
+
+
+def test_the_longest_keys_are_stored_whole_and_longer_ones_refused(app, send_email):
+    """Tenants and limit keys of up to 255 characters, unique and idempotency keys
+    of up to 512, are stored whole on every database and found again by the whole
+    key; a longer one is refused before anything is written. (MariaDB's columns
+    hold those lengths, and its inserts that skip conflicts cut a longer value
+    short: a tenant cut to 255 characters, a key that no longer found its job.)"""
+    from conveyor.checks import MAX_LIMIT_KEY, MAX_UNIQUE_KEY
+
+    @app.task(queue="emails", concurrency_key=lambda to: to, concurrency_limit=1, name="keyed")
+    def keyed(to: str) -> None: ...
+
+    tenant, key = "t" * MAX_LIMIT_KEY, "k" * MAX_UNIQUE_KEY
+    job = send_email.options(tenant=tenant).send("a", idempotency_key=key)
+    assert app.get_job(job.id).tenant == tenant
+    again = send_email.options(tenant=tenant).send("a", idempotency_key=key)
+    assert (again.id, again.created) == (job.id, False)
+    unique = send_email.send("b", unique_key="u" * MAX_UNIQUE_KEY)
+    assert app.get_job(unique.id).unique_key == "u" * MAX_UNIQUE_KEY
+    limited = keyed.send("c" * MAX_LIMIT_KEY)
+    assert app.get_job(limited.id).concurrency_key == "c" * MAX_LIMIT_KEY
+    before = app.counts()
+    refused = [
+        lambda: send_email.options(tenant=tenant + "t").send("a"),
+        lambda: send_email.send("a", idempotency_key=key + "k"),
+        lambda: send_email.send("a", unique_key=key + "u"),
+        lambda: keyed.send("c" * (MAX_LIMIT_KEY + 1)),
+        lambda: send_email.batch([("a",)], idempotency_key=key + "k"),
+        lambda: app.workflow("w", idempotency_key=key + "k"),
+    ]
+    for call in refused:
+        with pytest.raises(ConfigError, match="at most"):
+            call()
+    assert app.counts() == before

@@ -34,7 +34,14 @@ def make_filter(filter: JobFilter | None = None, **fields: Any) -> JobFilter:
     return dataclasses.replace(filter, **given) if given else filter
 
 
-def check_name(value: Any, what: str, *, max_length: int = 200) -> str:
+#: The longest name (a task, queue, stage, batch, token...), tenant or limit key
+#: (concurrency, rate), and unique or idempotency key: what every database stores
+#: whole (MariaDB's columns are varchar(255) and varchar(512); its inserts that
+#: skip conflicting rows cut a longer value short, and cut keys stop matching).
+MAX_NAME, MAX_LIMIT_KEY, MAX_UNIQUE_KEY = 200, 255, 512
+
+
+def check_name(value: Any, what: str, *, max_length: int = MAX_NAME) -> str:
     """A name or key a caller gives (a task, queue, tenant, token, batch, workflow,
     limit key): printable text, as the CLI and the dashboard show it. A control
     character (NUL, newline, an ANSI escape) could forge or garble a line there."""

@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypedDict, Unpack, cast, overload
 from typing_extensions import ParamSpec, TypeVar
 
 from .batch import Batch, BatchApp, batch_fingerprint, check_same_batch
-from .checks import check_name
+from .checks import MAX_LIMIT_KEY, MAX_UNIQUE_KEY, check_name
 from .connections import call_with
 from .encoding import MAX_DEPTH, TooDeep, argument_parts, check_depth, may_nest_over
 from .errors import BadArguments, ConfigError, SerializationError
@@ -205,9 +205,13 @@ def _check_options(**opts: Any) -> None:
     stage = opts.get("stage")
     if stage is not None:
         check_name(stage, "stage")
-    for key in ("unique_key", "idempotency_key", "tenant"):
+    for key, longest in (
+        ("unique_key", MAX_UNIQUE_KEY),
+        ("idempotency_key", MAX_UNIQUE_KEY),
+        ("tenant", MAX_LIMIT_KEY),
+    ):
         if opts.get(key) is not None:
-            check_name(opts[key], key, max_length=1000)
+            check_name(opts[key], key, max_length=longest)
     run_at = opts.get("run_at")
     if run_at is not None:
         if not isinstance(run_at, datetime) or run_at.tzinfo is None:
@@ -528,7 +532,9 @@ class Task(Generic[P, R]):
             return template.with_args(encoded)
         limits: dict[str, Any] = {}
         if d.tenant_key is not None and template.tenant is None:
-            limits["tenant"] = self._value(d.tenant_key, args, kwargs)
+            what = f"the tenant of a job of task {self.name!r} (tenant_key)"
+            tenant = self._value(d.tenant_key, args, kwargs)
+            limits["tenant"] = check_name(tenant, what, max_length=MAX_LIMIT_KEY)
         if d.concurrency_key is not None:
             limits.update(
                 concurrency_key=self._key(d.concurrency_key, args, kwargs),
@@ -549,9 +555,10 @@ class Task(Generic[P, R]):
         callable of the job's arguments returns."""
         if callable(spec):
             what = f"what a key function of task {self.name!r} returns"
-            return check_name(spec(*args, **kwargs), what, max_length=1000)
+            return check_name(spec(*args, **kwargs), what, max_length=MAX_LIMIT_KEY)
         what = f"a limit key of task {self.name!r} (from its parameter {spec!r})"
-        return check_name(f"{spec}={self._value(spec, args, kwargs)}", what, max_length=1000)
+        key = f"{spec}={self._value(spec, args, kwargs)}"
+        return check_name(key, what, max_length=MAX_LIMIT_KEY)
 
     def _value(
         self, spec: str | Callable[..., str], args: Sequence[Any], kwargs: Mapping[str, Any]

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from .checks import check_name
+from .checks import MAX_UNIQUE_KEY, check_name
 from .errors import ConfigError, ConveyorError, KeyReused
 from .records import (
     NodeState,
@@ -85,6 +85,8 @@ class Workflow:
 
     def __init__(self, app: WorkflowApp, name: str, idempotency_key: str | None = None) -> None:
         check_name(name, "name: a workflow's name")
+        if idempotency_key is not None:
+            check_name(idempotency_key, "idempotency_key", max_length=MAX_UNIQUE_KEY)
         self.app, self.name, self.idempotency_key = app, name, idempotency_key
         self.specs: list[WorkflowNodeSpec] = []
         self._names: set[str] = set()

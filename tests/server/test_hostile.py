@@ -113,6 +113,28 @@ def test_control_characters_in_names_and_keys_get_422_naming_the_field(api, serv
     assert "Traceback" not in server.log.read_text()
 
 
+def test_keys_longer_than_every_database_stores_get_422_naming_the_field(api, server):
+    # MariaDB holds tenants in 255 characters and unique or idempotency keys in 512,
+    # and its inserts that skip conflicts cut a longer value short: refused instead
+    cases = [
+        ({"task": "t", "tenant": "t" * 256}, "tenant"),
+        ({"task": "t", "unique_key": "u" * 513}, "unique_key"),
+        ({"task": "t", "idempotency_key": "i" * 513}, "idempotency_key"),
+    ]
+    for body, field in cases:
+        r = api.post("/v1/jobs", json=body)
+        assert r.status_code == 422 and field in r.text, (body, r.status_code, r.text[:300])
+    r = api.post("/v1/jobs", json={"task": "t"}, headers={"Idempotency-Key": "i" * 513})
+    assert r.status_code == 422 and "Idempotency-Key" in r.text, r.text[:300]
+    r = api.post("/api/task/createTask", json={"taskData": {"taskType": "t", "userId": "u" * 256}})
+    assert r.json()["code"] >= 400 and "userId" in r.text
+    assert api.get("/v1/jobs").json()["jobs"] == []
+    whole = api.post("/v1/jobs", json={"task": "t", "tenant": "t" * 255, "unique_key": "u" * 512})
+    assert whole.status_code == 201, whole.text
+    got = api.get(f"/v1/jobs/{whole.json()['id']}").json()
+    assert (len(got["tenant"]), len(got["unique_key"])) == (255, 512)
+
+
 def test_bad_query_parameters_get_422_naming_them_on_the_api_and_the_dashboard(api, server):
     huge = "99999999999999999999999"
     cases = [

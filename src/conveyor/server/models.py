@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from ..checks import MAX_LIMIT_KEY, MAX_NAME, MAX_UNIQUE_KEY
 from ..errors import ConfigError
 from ..records import JobFilter, JobState
 from ..registry import BUILTIN_TASKS, INTERNAL_QUEUE
@@ -53,13 +54,21 @@ def _near(value: datetime) -> datetime:
 Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(clean_text)]
 Name = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=200),
+    StringConstraints(min_length=1, max_length=MAX_NAME),
     AfterValidator(clean_text),
     AfterValidator(printable),
 ]
+#: a unique or idempotency key, a lease token
 Key = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=1000),
+    StringConstraints(min_length=1, max_length=MAX_UNIQUE_KEY),
+    AfterValidator(clean_text),
+    AfterValidator(printable),
+]
+#: a tenant (limit keys are the tasks' own: made from their arguments, never sent)
+Tenant = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_LIMIT_KEY),
     AfterValidator(clean_text),
     AfterValidator(printable),
 ]
@@ -109,7 +118,7 @@ class SendOptions(Strict):
     run_at: Moment | None = Field(None, description="when it may run (instead of delay)")
     max_attempts: Attempts | None = None
     timeout: Timeout | None = Field(None, description="seconds one attempt may take")
-    tenant: Key | None = Field(None, description="the user or tenant it is for")
+    tenant: Tenant | None = Field(None, description="the user or tenant it is for")
     pinned_to: list[Name] | None = Field(
         None, min_length=1, max_length=100, description="worker ids or tags that may run it"
     )
@@ -153,7 +162,7 @@ class FilterFields(Strict):
     queue: list[Name] | None = Field(None, max_length=100)
     state: list[JobState] | None = None
     stage: Name | None = None
-    tenant: Key | None = None
+    tenant: Tenant | None = None
     batch_id: JobId | None = None
     created_after: Moment | None = None
     created_before: Moment | None = None

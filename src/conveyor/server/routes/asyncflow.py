@@ -41,6 +41,7 @@ from ..models import (
     Name,
     Priority,
     Seconds,
+    Tenant,
     Text,
     clean_text,
     printable,
@@ -75,7 +76,7 @@ class Compat(BaseModel):
 
 class TaskData(Compat):
     taskType: Name
-    userId: Key | None = None
+    userId: Tenant | None = None
     taskStage: Stage = ""
     scheduleLog: Text = ""
     taskContext: JsonText = ""

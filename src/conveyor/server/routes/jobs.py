@@ -25,6 +25,7 @@ from ..models import (
     Moment,
     Name,
     Search,
+    Tenant,
     cursor_id,
     encode_cursor,
 )
@@ -108,7 +109,7 @@ def list_jobs(
     queue: Annotated[list[Name] | None, Query(max_length=100)] = None,
     state: Annotated[list[JobState] | None, Query()] = None,
     stage: Name | None = None,
-    tenant: Key | None = None,
+    tenant: Tenant | None = None,
     batch_id: JobId | None = None,
     created_after: Moment | None = None,
     created_before: Moment | None = None,
