@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 from conveyor.records import Finalize, JobFilter, Lease, RescueResult
@@ -236,6 +237,42 @@ def test_jobs_of_a_silent_worker_are_requeued_counting_the_attempt(backend):
     # no longer lists the job
     assert backend.job_finalize_many(worker_id="w1", outcomes=[done(job)]) == []
     assert register(backend, "w1").held == {}
+
+
+def test_no_worker_is_judged_silent_until_the_leader_has_been_back_that_long(backend):
+    """While the database was out of reach, no heartbeat could reach it: after a
+    blip of a few seconds every live worker looked silent, and the leader that got
+    back first requeued their jobs (or failed them on their last attempt). The
+    rescue waits until the leader has been back for the workers' ttl: its own
+    failed calls, and the leader election's, count."""
+    from conveyor.runtime.maintenance import Maintenance
+
+    class Blip:  # the real backend, whose next call fails as in an outage
+        down = False
+
+        def __getattr__(self, name: str):
+            if self.down:
+                self.down = False
+                raise ConnectionError("the database is restarting")
+            return getattr(backend, name)
+
+    backend.job_insert_many(jobs=[ins(max_attempts=1)])
+    register(backend, "w1", now=later(-60))  # its beats could not land while it was down
+    [job] = fetch(backend, worker="w1")
+    blip = Blip()
+    election_lost: list[float | None] = [None]
+    maintenance = Maintenance(blip, worker_ttl_s=1.0, lost_at=lambda: election_lost[0])  # type: ignore[arg-type]
+    blip.down = True
+    assert not maintenance.run_once()  # the leader's own call failed
+    assert maintenance.run_once()
+    assert backend.job_get(job_id=job.id).state == "running"  # not rescued yet
+    time.sleep(1.1)
+    election_lost[0] = time.monotonic()  # the election failed meanwhile
+    assert maintenance.run_once()
+    assert backend.job_get(job_id=job.id).state == "running"
+    time.sleep(1.1)  # back for the ttl, and still silent: dead
+    assert maintenance.run_once()
+    assert backend.job_get(job_id=job.id).state == "failed"
 
 
 def test_a_claim_by_an_unregistered_worker_is_rescued(backend):

@@ -72,3 +72,38 @@ def test_workers_resume_alone_after_a_restart_and_idle_ones_stay_quiet(cluster, 
         procs.cleanup()
         producer.close()
     assert json.dumps  # (keeps the import used when the test is trimmed)
+
+
+def test_a_short_outage_reruns_and_fails_no_running_job(cluster, tmp_path):
+    """The database gone for longer than the workers' ttl, shorter than two: the
+    jobs running through it finish once, on their first and only attempt. (The
+    leader that got back first judged every worker dead, their beats having
+    failed as its own calls did, and the workers stopped their own jobs after a
+    ttl without a beat: an outage of 3 to 5 s reran every running job, and failed
+    those on their last attempt; outside fault probe.)"""
+    producer = Conveyor(cluster.url)
+    producer.task(name="sleepy", max_attempts=1)(lambda *a: None)
+    producer.migrate()
+    procs = Procs(cluster.url, tmp_path / "effects.log")
+    try:
+        opts = {"worker_ttl_s": 4, "heartbeat_s": 0.5, "leader_ttl_s": 2, "concurrency": 4}
+        workers = [procs.worker(**opts), procs.worker(**opts)]
+        jobs = producer.tasks["sleepy"].send_many([(10.0,)] * 6, max_attempts=1)
+        wait_until(lambda: len(procs.lines("start")) >= 6, 60, "every job started")
+        cluster.stop()
+        time.sleep(5)  # past the ttl (4 s), short of two
+        cluster.start()
+        wait_until(
+            lambda: all(producer.get_job(j.id).state in ("succeeded", "failed") for j in jobs),
+            90,
+            "every job finished",
+        )
+        states = [producer.get_job(j.id).state for j in jobs]
+        logs = "".join(w.log.read_text()[-2000:] for w in workers)
+        assert states == ["succeeded"] * 6, (states, logs)
+        assert len(procs.lines("start")) == 6, (procs.lines("start"), logs)  # none ran twice
+        assert all(producer.get_job(j.id).attempts == 1 for j in jobs)
+        procs.drain_and_stop(producer, workers)
+    finally:
+        procs.cleanup()
+        producer.close()

@@ -28,6 +28,14 @@ log = logging.getLogger("conveyor.worker")
 BLOCKED_AFTER_S = 1.0
 #: how often the watchdog looks at the heartbeat and the event loop
 WATCH_EVERY_S = 0.25
+#: A worker whose heartbeat has failed this many ttls stops its jobs (they have
+#: run elsewhere since). Not after one: the leader judges a worker only once it
+#: has been in touch with the database for a ttl itself, so when the database
+#: was out of reach for everybody (a restart, a failover: the common silence),
+#: a worker that stopped its jobs after one ttl gave back work nobody took.
+#: A heartbeat that gets through sooner says which jobs ran elsewhere, and the
+#: worker stops those alone.
+FENCE_AFTER_TTLS = 2
 
 
 class HeartbeatClient(Protocol):
@@ -41,7 +49,8 @@ class HeartbeatClient(Protocol):
         """A beat reached the database: what it holds there, against ``before``."""
 
     def on_silence(self, silent_s: float) -> None:
-        """No beat reached the database for longer than the worker's ttl."""
+        """No beat reached the database for ``FENCE_AFTER_TTLS`` times the
+        worker's ttl."""
 
     def loop_tick(self) -> float:
         """``time.monotonic()`` of the event loop's last tick."""
@@ -70,6 +79,8 @@ class HeartbeatService(ThreadService):
         self.info = info
         self.client = client
         self.worker_ttl_s = worker_ttl_s
+        #: silence past this stops the worker's jobs (on_silence)
+        self.fence_after_s = FENCE_AFTER_TTLS * worker_ttl_s
         self.last_ok = time.monotonic()
         self._blocked_since: float | None = None
         self._silence_reported = False
@@ -95,7 +106,7 @@ class HeartbeatService(ThreadService):
             beat = self.backend.worker_heartbeat(worker=self.info, now=now)
         except Exception:
             silent = time.monotonic() - self.last_ok
-            if silent > self.worker_ttl_s and not self._silence_reported:
+            if silent > self.fence_after_s and not self._silence_reported:
                 self._silence_reported = True
                 self.client.on_silence(silent)
             raise
@@ -116,7 +127,7 @@ class HeartbeatService(ThreadService):
         # A heartbeat stuck in a call that never returns (a network that drops
         # packets) counts as silence too.
         silent = clock - self.last_ok
-        if silent > self.worker_ttl_s and not self._silence_reported:
+        if silent > self.fence_after_s and not self._silence_reported:
             self._silence_reported = True
             self.client.on_silence(silent)
         lag = clock - self.client.loop_tick()

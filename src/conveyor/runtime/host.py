@@ -63,6 +63,7 @@ def cluster_services(
             Maintenance(
                 backend,
                 is_leader=lambda: leader.is_leader,
+                lost_at=lambda: leader.lost_at,
                 interval=maintenance_s,
                 worker_ttl_s=worker_ttl_s,
                 stale_worker_s=max(300.0, 10 * worker_ttl_s),

@@ -7,13 +7,14 @@ which runs on a thread of its own so that it never holds up a rescue."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from ..records import RescueResult
-from .service import ThreadService
+from .service import SLOW_CONTACT_S, ThreadService
 from .stores import MaintenanceStore
 
 log = logging.getLogger("conveyor.maintenance")
@@ -30,6 +31,7 @@ class Maintenance(ThreadService):
         backend: MaintenanceStore,
         *,
         is_leader: Callable[[], bool] = lambda: True,
+        lost_at: Callable[[], float | None] = lambda: None,
         interval: float = 1.0,
         worker_ttl_s: float = 7.0,
         stale_worker_s: float = 300.0,
@@ -44,6 +46,12 @@ class Maintenance(ThreadService):
         super().__init__(interval)
         self.backend = backend
         self.is_leader = is_leader
+        #: ``time.monotonic()`` when this process was last out of touch with the
+        #: database as the leader election saw it (``Leadership.lost_at``); this
+        #: service's own failed or slow passes count too
+        self.lost_at = lost_at
+        self._lost_at: float | None = None
+        self._held_back = False
         #: a worker silent this long is dead: its jobs are rescued
         self.worker_ttl_s = worker_ttl_s
         #: a worker silent this long is forgotten (its registry row removed)
@@ -68,12 +76,47 @@ class Maintenance(ThreadService):
     def step(self, now: datetime | None = None) -> None:
         if not self.is_leader():
             return
-        self.rescue(now)
+        try:
+            self._step(now)
+        except Exception:
+            self._lost_at = time.monotonic()
+            raise
+
+    def _rescue_waits(self) -> float:
+        """Seconds the rescue still waits after this process lost the database
+        (0: none). While the database was out of reach, no worker's heartbeat
+        could reach it either: a worker is judged silent only after the leader
+        has been back for ``worker_ttl_s``, or a blip of a few seconds (a restart,
+        a failover, a pooler restarted) made every live worker look dead, and their
+        jobs ran again, or failed on their last attempt."""
+        lost = [t for t in (self._lost_at, self.lost_at()) if t is not None]
+        return max(lost, default=-math.inf) + self.worker_ttl_s - time.monotonic()
+
+    def _step(self, now: datetime | None) -> None:
+        began = time.monotonic()
         # Durable waits: jobs whose event was emitted while they were still running
         # (their own emit found them not yet scheduled; see SqlBackend.event_emit).
         self.backend.event_wake_waiters(now=now)
         self.backend.job_schedule_due(now=now)
         self.backend.counts_fold()
+        if time.monotonic() - began > SLOW_CONTACT_S:
+            # They waited for the database (an outage ending): so did the workers'
+            # heartbeats. Before the rescue, whose call would have waited as well
+            # and then judged every worker at once.
+            self._lost_at = time.monotonic()
+        waits = 0.0 if now is not None else self._rescue_waits()
+        if waits <= 0:
+            if self._held_back:
+                self._held_back = False
+                log.info("the database is back: workers silent since are rescued again")
+            self.rescue(now)
+        elif not self._held_back:
+            self._held_back = True
+            log.info(
+                "no rescue for %.0fs: the database was out of reach, and the workers'"
+                " heartbeats with it",
+                waits,
+            )
         clock = time.monotonic()
         if self.tidy_min_dead is not None and clock - self._last_tidy >= self.tidy_every_s:
             self._last_tidy = clock
@@ -85,7 +128,8 @@ class Maintenance(ThreadService):
         if now is None and clock - self._last_slow < 5.0:
             return
         self._last_slow = clock
-        self.backend.worker_prune_stale(older_than_s=self.stale_worker_s, now=now)
+        if waits <= 0:  # a worker forgotten has its jobs rescued: not before either
+            self.backend.worker_prune_stale(older_than_s=self.stale_worker_s, now=now)
         self.prune_due(now)
 
     def tidy_soon(self) -> threading.Thread | None:

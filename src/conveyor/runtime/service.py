@@ -159,6 +159,11 @@ class Services:
         return [s.health() for s in self.services]
 
 
+#: A call to the database that took this long waited for it (a connection
+#: through an outage): the process was out of touch until it returned.
+SLOW_CONTACT_S = 1.0
+
+
 class Leadership(ThreadService):
     """One lease in the database, ``"leader"``: the holder runs the cluster-wide
     services (maintenance, batches and chains); when it dies its lease expires and
@@ -181,16 +186,31 @@ class Leadership(ThreadService):
         self.ttl_s = ttl_s
         self.is_leader = False
         self._on_change = on_change
+        #: ``time.monotonic()`` when this process was last out of touch with the
+        #: database: an election that failed, or that waited for it (a pool waits
+        #: for a connection through an outage), or a gap between two elections
+        self.lost_at: float | None = None
+        self._last_ok: float | None = None
 
     def step(self, now: datetime | None = None) -> None:
         was = self.is_leader
+        began = time.monotonic()
         try:
             self.is_leader = self.backend.leader_attempt_elect(
                 name="leader", holder=self.holder, ttl_s=self.ttl_s, now=now
             )
         except Exception:
             self.is_leader = False  # cannot renew: assume another may take over
+            self.lost_at = time.monotonic()
             raise
+        else:
+            ended = time.monotonic()
+            gap = None if self._last_ok is None else began - self._last_ok
+            if ended - began > SLOW_CONTACT_S or (
+                gap is not None and gap > self.interval + SLOW_CONTACT_S
+            ):
+                self.lost_at = ended
+            self._last_ok = ended
         finally:
             if self.is_leader != was:
                 if self.is_leader:

@@ -820,7 +820,7 @@ class Worker:
 
     def on_silence(self, silent_s: float) -> None:
         log.error(
-            "no heartbeat reached the database for %.0fs: the cluster now counts this worker "
+            "no heartbeat reached the database for %.0fs: the cluster counts this worker "
             "as dead and runs its jobs elsewhere; stopping them here (their outcomes would be "
             "refused anyway)",
             silent_s,

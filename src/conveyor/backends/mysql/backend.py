@@ -511,7 +511,7 @@ class MySQLBackend(MySQLSession):
                             "started_at": r["started_at"],
                             "now": ts,
                             "outcome": Outcome.RELEASED,
-                            "error": "released at worker shutdown; the attempt does not count",
+                            "error": "released by its worker; the attempt does not count",
                             "traceback": None,
                         },
                     )

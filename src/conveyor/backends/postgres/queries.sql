@@ -432,7 +432,7 @@ WITH released AS (
     INSERT INTO conveyor_attempts (job_id, attempt, stage, worker_id, started_at, finished_at,
                                    outcome, error)
     SELECT id, ran, stage, %(worker_id)s, started_at, coalesce(%(now)s::timestamptz, now()),
-           'released', 'released at worker shutdown; the attempt does not count'
+           'released', 'released by its worker; the attempt does not count'
     FROM released
 ), woken AS (
     SELECT pg_notify(%(channel)s, q) FROM (SELECT DISTINCT queue AS q FROM released) s

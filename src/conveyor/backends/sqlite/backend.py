@@ -644,7 +644,7 @@ class SQLiteBackend(SqlBackend):
                         "started_at": row["started_at"],
                         "now": ts,
                         "outcome": Outcome.RELEASED,
-                        "error": "released at worker shutdown; the attempt does not count",
+                        "error": "released by its worker; the attempt does not count",
                         "traceback": None,
                     },
                 )
