@@ -107,3 +107,37 @@ def test_a_short_outage_reruns_and_fails_no_running_job(cluster, tmp_path):
     finally:
         procs.cleanup()
         producer.close()
+
+
+def test_a_warm_producers_send_while_the_database_is_down_raises_soon_as_transient(cluster):
+    """A producer whose pool held connections when the server went away: its send
+    waited the pool's 30 s for a connection, then raised a DatabaseUnavailable
+    that said neither why nor that it is worth retrying (a cold producer's failed
+    at once, transient). Outside fault probe."""
+    from conveyor import DatabaseUnavailable
+
+    producer = Conveyor(cluster.url)
+    task = producer.task(name="effect")(lambda *a: None)
+    try:
+        task.send(1)  # warm: the pool holds a connection
+        cluster.stop()
+        began = time.monotonic()
+        with pytest.raises(DatabaseUnavailable) as raised:
+            task.send(2)
+        waited = time.monotonic() - began
+        assert raised.value.transient, str(raised.value)
+        assert waited < 20, f"the send waited {waited:.1f}s (the pool's 30 s?)"
+        cluster.start()
+        wait_until(lambda: _sends(task), 30, "a send after the restart")
+    finally:
+        producer.close()
+
+
+def _sends(task) -> bool:
+    from conveyor import DatabaseUnavailable
+
+    try:
+        task.send(3)
+    except DatabaseUnavailable:
+        return False
+    return True

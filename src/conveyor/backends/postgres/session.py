@@ -143,6 +143,20 @@ def _result_rows(cur: psycopg.Cursor[Any]) -> list[Any]:
 _returned: dict[int, float] = {}
 
 
+#: How long a call waits for a connection the pool cannot make (the database
+#: down, restarting or out of reach) before it raises DatabaseUnavailable
+DOWN_WAIT_S = 3.0
+
+
+class _Unanswered(PoolTimeout):
+    """No connection within the bound while the pool had room for one: the
+    server does not answer (a busy pool is waited for: not this)."""
+
+    def __init__(self, bound: float) -> None:
+        super().__init__(f"no connection could be made within {bound:g}s")
+        self.bound = bound
+
+
 class _Pool(ConnectionPool):
     """Notes when each connection came back, for ``_check``. Here and not in a
     ``reset=`` callback: with one, the pool hands every returned connection to
@@ -156,20 +170,22 @@ class _Pool(ConnectionPool):
     connections: twice the time of the same sends on one)."""
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
-        # A bound of the caller's context (a server's request) before the pool's own
-        # 30 s: while the database is down, no connection comes back at all.
-        bound = waits.connection_wait_s() if timeout is None else None
-        if bound is None:
+        # A bound before the pool's own 30 s (the caller's context's: a server's
+        # request; else DOWN_WAIT_S): while the database is down, no connection
+        # comes back at all, and a send that waited 30 s for one said nothing of
+        # why (a warm producer's send during an outage; a cold one failed at once).
+        if timeout is not None:
             return super().getconn(timeout)
+        bound = waits.connection_wait_s() or DOWN_WAIT_S
         try:
             return super().getconn(bound)
-        except PoolTimeout:
+        except PoolTimeout as exc:
             # Every connection the pool may have is lent out: the database answers,
             # the process is busy. The bound is for a database that is down; a busy
             # one is waited for as long as anyone waits.
             stats = self.get_stats()
             if stats.get("pool_size", 0) < self.max_size or stats.get("pool_available", 0):
-                raise
+                raise _Unanswered(bound) from exc
             return super().getconn(max(self.timeout - bound, 0.1))
 
     def putconn(self, conn: psycopg.Connection[Any]) -> None:
@@ -259,6 +275,12 @@ _CONNECTION_FAILED = frozenset({"08001", "08003", "08004", "08006"})
 
 
 def _connect_error(url: str, exc: Exception) -> DatabaseUnavailable:
+    if isinstance(exc, _Unanswered):
+        return DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {redact(url)}: {exc} (the server is down,"
+            " restarting or out of reach); try again",
+            transient=True,
+        )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     state = getattr(exc, "sqlstate", None)
     if state and state not in _CONNECTION_FAILED and not state.startswith("57P"):
