@@ -22,6 +22,7 @@ from contextvars import ContextVar
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from .checks import MAX_NAME, MAX_UNIQUE_KEY
 from .encoding import storable_json
 from .errors import ConfigError, ConveyorError, Permanent
 from .records import Emitted, JobRecord, StepRecord, frozen_record
@@ -35,8 +36,7 @@ _store: ContextVar[Callable[[], DurableStore] | None] = ContextVar(
 )
 
 #: step names and event keys are at most this long (the databases' key limits)
-MAX_NAME = 200
-MAX_KEY = 512
+MAX_KEY = MAX_UNIQUE_KEY
 #: a wait without a timeout looks again after this long (a year)
 FOREVER_S = 365 * 86400.0
 

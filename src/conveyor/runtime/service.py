@@ -188,9 +188,8 @@ class Leadership(ThreadService):
         self._on_change = on_change
         #: ``time.monotonic()`` when this process was last out of touch with the
         #: database: an election that failed, or that waited for it (a pool waits
-        #: for a connection through an outage), or a gap between two elections
+        #: for a connection through an outage)
         self.lost_at: float | None = None
-        self._last_ok: float | None = None
 
     def step(self, now: datetime | None = None) -> None:
         was = self.is_leader
@@ -204,13 +203,8 @@ class Leadership(ThreadService):
             self.lost_at = time.monotonic()
             raise
         else:
-            ended = time.monotonic()
-            gap = None if self._last_ok is None else began - self._last_ok
-            if ended - began > SLOW_CONTACT_S or (
-                gap is not None and gap > self.interval + SLOW_CONTACT_S
-            ):
-                self.lost_at = ended
-            self._last_ok = ended
+            if time.monotonic() - began > SLOW_CONTACT_S:
+                self.lost_at = time.monotonic()
         finally:
             if self.is_leader != was:
                 if self.is_leader:

@@ -154,7 +154,6 @@ class _Unanswered(PoolTimeout):
 
     def __init__(self, bound: float) -> None:
         super().__init__(f"no connection could be made within {bound:g}s")
-        self.bound = bound
 
 
 class _Pool(ConnectionPool):
