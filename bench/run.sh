@@ -6,8 +6,9 @@
 #      repository (editable), so every library runs under the same interpreter;
 #   2. PostgreSQL: $PEERBENCH_PG if set, else 127.0.0.1:5432 if it answers, else
 #      the shared throwaway cluster (cluster.sh, 127.0.0.1:5433);
-#   3. PgQueuer (batch 100 x2, batch 10 x1), Conveyor on PostgreSQL (x2) and on
-#      SQLite (x1) by `conveyor worker` with the CLI's defaults (bench_conveyor.py
+#   3. PgQueuer batch 100 and Conveyor on PostgreSQL in alternating rounds
+#      (BENCH_ROUNDS, default 3), then PgQueuer batch 10 and Conveyor on SQLite once;
+#      Conveyor by `conveyor worker` with the CLI's defaults (bench_conveyor.py
 #      --cli, as users run it), 20,000 jobs each, appended to
 #      /tmp/peerbench/results/conveyor-<timestamp>.jsonl;
 #   4. Conveyor batches (bench/bench_batches.py: creating a 10,000-item batch,
@@ -34,7 +35,8 @@
 #      a worker's RSS over 1M jobs), its section appended to bench/RESULTS.md.
 #
 # Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
-# (the shared folder), BENCH_N (jobs per run, default 20000).
+# (the shared folder), BENCH_N (jobs per run, default 20000), BENCH_ROUNDS (alternating
+# PgQueuer and Conveyor rounds, default 3).
 set -euo pipefail
 say() { echo "bench: $*" >&2; }
 
@@ -122,9 +124,14 @@ run() {
 }
 T0=$(date +%s)
 cd "$REPO"
-run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 2 --batch-size 100 --label batch100
+# PgQueuer batch 100 and Conveyor on PostgreSQL in alternating rounds: the machine's
+# speed drifts by a quarter between minutes, and a ratio of two runs made far apart
+# measures that drift too. report.py pairs the rounds in file order.
+for _ in $(seq "${BENCH_ROUNDS:-3}"); do
+  run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 1 --batch-size 100 --label batch100
+  run "$PY" bench/bench_conveyor.py --backend postgres --n "$N" --runs 1 --label postgres --cli
+done
 run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 1 --label batch10
-run "$PY" bench/bench_conveyor.py --backend postgres --n "$N" --runs 2 --label postgres --cli
 run "$PY" bench/bench_conveyor.py --backend sqlite --n "$N" --runs 1 --label sqlite --cli
 say "peer runs took $(( $(date +%s) - T0 ))s; results in $OUT"
 
