@@ -96,6 +96,7 @@ def test_control_characters_in_names_and_keys_get_422_naming_the_field(api, serv
         ("POST", "/v1/jobs/bulk-cancel", {"tenant": "a\nb", "dry_run": True}, "tenant"),
         ("POST", "/v1/leases", {"worker": "w", "queues": ["a\nb"]}, "queues"),
         ("POST", "/v1/workers/w/heartbeat", {"hostname": "h\x1b[1m"}, "hostname"),
+        ("POST", "/v1/events", {"key": "paid\n1"}, "key"),
     ]
     for method, path, body, field in cases:
         r = api.request(method, path, json=body)
