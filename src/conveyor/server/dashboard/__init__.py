@@ -38,6 +38,7 @@ from ...checks import MAX_LIMIT_KEY
 from ...encoding import storable_text
 from ...errors import ConfigError, ConveyorError, JobNotFound
 from ...records import ApiToken, JobFilter, JobState, TokenScope
+from .. import errors
 from ..auth import COOKIE, authorize
 from ..context import ServerContext
 from ..dependencies import Ctx, Facade
@@ -250,10 +251,19 @@ def _replica_note(request: Request) -> str | None:
     return "lag unknown" if lag is None else f"{lag:.1f} s behind"
 
 
+async def not_found(request: Request, exc: Exception) -> Response:
+    """A 404 (an unknown path, most often) outside the APIs is a page someone
+    asked for: the dashboard's error page. Under ``/v1`` and ``/api`` the API
+    answers as ever (JSON, or asyncflow's envelope)."""
+    if errors.is_api(request):
+        return await errors.http_error(request, exc)
+    return error_page(404, f"no page at {storable_text(_here(request), 200)}")
+
+
 @router.get("/static/{name}")
 def static(name: str) -> Response:
     if name not in STATIC:
-        raise HTTPException(404, f"no dashboard asset {name!r}")
+        return error_page(404, f"no dashboard asset {name!r}")
     body = resources.files(__package__ or __name__).joinpath("static", name).read_bytes()
     return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
