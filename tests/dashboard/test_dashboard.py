@@ -222,8 +222,9 @@ def test_the_workers_page_shows_a_hundred_and_links_to_the_next(server, producer
     for wid in ours:
         info = WorkerInfo(id=wid, hostname="h", pid=1, queues=["default"], concurrency=1)
         producer.backend.worker_heartbeat(worker=info)
+    # silent a minute: past the worker ttl (7 s), before the server forgets it (300 s)
     gone = WorkerInfo(id="zz-gone", hostname="h", pid=1, queues=["default"], concurrency=1)
-    producer.backend.worker_heartbeat(worker=gone, now=datetime.now(UTC) - timedelta(minutes=5))
+    producer.backend.worker_heartbeat(worker=gone, now=datetime.now(UTC) - timedelta(minutes=1))
     with server.client() as c:
         pages, path = [], "/workers"
         while path is not None:
