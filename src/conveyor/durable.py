@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .checks import MAX_NAME, MAX_UNIQUE_KEY
+from .checks import MAX_NAME, MAX_UNIQUE_KEY, check_name
 from .encoding import storable_json
 from .errors import ConfigError, ConveyorError, Permanent
 from .records import Emitted, JobRecord, StepRecord, frozen_record
@@ -35,7 +35,7 @@ _store: ContextVar[Callable[[], DurableStore] | None] = ContextVar(
     "conveyor_step_store", default=None
 )
 
-#: step names and event keys are at most this long (the databases' key limits)
+#: event keys are at most this long (the databases' key limits; step names: MAX_NAME)
 MAX_KEY = MAX_UNIQUE_KEY
 #: a wait without a timeout looks again after this long (a year)
 FOREVER_S = 365 * 86400.0
@@ -241,13 +241,21 @@ def _refused(job: JobRecord, name: str) -> StepRefused:
 
 
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-        raise StepError(f"name: a step needs a name of 1 to {MAX_NAME} characters, got {name!r}")
+    _checked(name, "name: a step's name", MAX_NAME, StepError)
 
 
 def _check_key(key: str, error: type[ConveyorError] = ConfigError) -> None:
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-        raise error(f"key: an event key is a text of 1 to {MAX_KEY} characters, got {key!r}")
+    _checked(key, "key: an event key", MAX_KEY, error)
+
+
+def _checked(value: str, what: str, max_length: int, error: type[ConveyorError]) -> None:
+    """``check_name``'s rule (printable text: the CLI and the dashboard show step
+    names and event keys), raising ``error``: a handler's ``StepError`` fails its
+    job at once, as every other step it cannot store does."""
+    try:
+        check_name(value, what, max_length=max_length)
+    except ConfigError as exc:
+        raise error(str(exc)) from None
 
 
 def _wait_name(key: str) -> str:

@@ -448,6 +448,10 @@ class Serving:
         """How many batches are not closed yet."""
         return self._host.reads.batch_count_open()
 
+    def worker_counts(self, worker_ttl_s: float) -> dict[str, int]:
+        """How many workers are ``alive`` and how many ``silent`` (counted, not listed)."""
+        return self._host.reads.worker_count(ttl_s=worker_ttl_s)
+
     def batch_first_finished(self, batch_id: int) -> datetime | None:
         """When the batch's first job finished (its first result)."""
         return self._host.reads.batch_first_finished(batch_id=check_id(batch_id, "batch"))

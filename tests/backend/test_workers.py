@@ -40,6 +40,16 @@ def test_workers_are_listed_a_page_at_a_time_alive_or_silent(backend):
     assert [w.id for w in backend.worker_list(alive=True, ttl_s=600)] == ["w1", "w10", "w2", "w3"]
 
 
+def test_workers_are_counted_alive_and_silent_without_listing_them(backend):
+    assert backend.worker_count() == {"alive": 0, "silent": 0}
+    for wid in ("w1", "w2", "w3"):
+        register(backend, wid)
+    register(backend, "w2", now=later(-300))  # silent for five minutes
+    assert backend.worker_count(ttl_s=7) == {"alive": 2, "silent": 1}
+    assert backend.worker_count(ttl_s=600) == {"alive": 3, "silent": 0}
+    assert backend.worker_count(ttl_s=7, now=later(3600)) == {"alive": 0, "silent": 3}
+
+
 def test_a_forgotten_worker_learns_it_was_judged_dead(backend):
     assert register(backend, "w1").resurrected  # a first beat creates the row
     assert not register(backend, "w1").resurrected

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from conveyor import Conveyor
+from conveyor.records import WorkerInfo
 from tests.server.conftest import ROOT, wait_for
 
 PAGES = [
@@ -204,6 +205,58 @@ def test_links_carry_queue_and_task_names_url_encoded(server) -> None:
         # waiting with no live worker: each link names its queue and the task
         unserved = _follow(c, "/", "1 \u00d7 ")
         assert sorted(unserved, key=min) == [{ids[odd]}, {ids["a"]}]
+
+
+def _next_link(c: httpx.Client, path: str) -> tuple[list[str], str | None]:
+    """The workers a page lists, and where its "Next" link leads (None: no link)."""
+    r = c.get(path)
+    assert r.status_code == 200, (path, r.text)
+    parser = _Links()
+    parser.feed(r.text)
+    after = [href for text, href in parser.links if text.startswith("Next")]
+    return re.findall(r'data-worker="([^"]*)"', r.text), after[0] if after else None
+
+
+def test_the_workers_page_shows_a_hundred_and_links_to_the_next(server, producer) -> None:
+    ours = [f"zz-{i:03d}" for i in range(250)]
+    for wid in ours:
+        info = WorkerInfo(id=wid, hostname="h", pid=1, queues=["default"], concurrency=1)
+        producer.backend.worker_heartbeat(worker=info)
+    # silent a minute: past the worker ttl (7 s), before the server forgets it (300 s)
+    gone = WorkerInfo(id="zz-gone", hostname="h", pid=1, queues=["default"], concurrency=1)
+    producer.backend.worker_heartbeat(worker=gone, now=datetime.now(UTC) - timedelta(minutes=1))
+    with server.client() as c:
+        pages, path = [], "/workers"
+        while path is not None:
+            listed, path = _next_link(c, path)
+            pages.append(listed)
+        seen = [w for listed in pages for w in listed]
+        # the server's own worker is listed too: 252 or so, by id, each once
+        assert [len(p) for p in pages[:2]] == [100, 100] and 0 < len(pages[2]) < 100
+        assert len(pages) == 3 and seen == sorted(set(seen))
+        assert [w for w in seen if w.startswith("zz-")] == [*ours, "zz-gone"]
+        # the overview counts them, the silent one links to the silent ones
+        overview = c.get("/").text
+        assert f"<b>{len(seen) - 1}</b> live workers" in overview
+        assert '/workers?alive=false">1 silent</a>' in overview
+        assert _next_link(c, "/workers?alive=false") == (["zz-gone"], None)
+        alive, after = _next_link(c, "/workers?alive=true")
+        assert len(alive) == 100 and "zz-gone" not in alive
+        assert after == f"/workers?alive=true&after={alive[-1]}"
+        rest = [w for w in seen if w > alive[-1] and w != "zz-gone"]
+        assert _next_link(c, after)[0] == rest[:100]
+        assert _next_link(c, "/workers?after=zz-zz") == ([], None)  # past the last
+        # a hostile cursor or filter: a 422 that names it, never a database error
+        for bad, field in [
+            ("after=%00", "after"),
+            ("after=" + "x" * 300, "after"),
+            ("alive=maybe", "alive"),
+        ]:
+            r = c.get(f"/workers?{bad}")
+            assert r.status_code == 422 and f"bad filter: {field}:" in r.text, (bad, r.text)
+        # text, not SQL (and not UTF-8 either): a page of the ids after it, all of them
+        odd, _ = _next_link(c, "/workers?after=%27%20OR%201%3D1%20--%ED%A0%80%FF%7C")
+        assert odd == seen[:100]
 
 
 def test_sending_by_hand_checks_the_arguments_first(server, page, producer) -> None:

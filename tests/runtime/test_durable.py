@@ -73,6 +73,18 @@ def _register(app: Conveyor, calls: Counter[str]) -> None:
     def bad_step() -> None:
         current_job().step("obj", lambda: object())
 
+    @app.task(name="bad_name")
+    def bad_name(verb: str, bad: str) -> None:
+        ctx = current_job()
+        if verb == "step":
+            ctx.step(bad, effect, "never", 0)
+        elif verb == "sleep":
+            ctx.sleep(bad, 0)
+        elif verb == "wait":
+            ctx.wait_for_event(bad)
+        else:
+            ctx.wait_for_event("k", name=bad)
+
 
 @pytest.fixture
 def durable_app(app: Conveyor, calls: Counter[str]) -> Conveyor:
@@ -156,3 +168,26 @@ def test_a_step_result_json_cannot_hold_fails_the_job_clearly(durable_app):
     done = durable_app.get_job(job.id)
     assert done.state == "failed" and done.attempts == 1
     assert "step 'obj' returned a value that cannot be stored as JSON" in done.error
+
+
+def test_a_step_name_or_event_key_with_a_control_character_fails_the_job_at_once(
+    durable_app, calls
+):
+    # a newline or an escape could forge or garble a line where the CLI and the
+    # dashboard show it: refused as every name is (checks.check_name), as a StepError
+    cases = {
+        ("step", "a\nb"): "name: a step's name",
+        ("sleep", "\x1b[31mred"): "name: a step's name",
+        ("wait", "paid\r1"): "key: an event key",
+        ("wait-named", "a\tb"): "name: a step's name",
+        ("step", "a\u2028b"): "name: a step's name",
+    }
+    jobs = {durable_app.tasks["bad_name"].send(*case).id: what for case, what in cases.items()}
+    with Running(durable_app):
+        for job_id in jobs:
+            wait_for(finished(durable_app, job_id))
+    for job_id, what in jobs.items():
+        done = durable_app.get_job(job_id)
+        assert (done.state, done.attempts) == ("failed", 1), done
+        assert f"{what} must be a non-empty printable string" in done.error, done.error
+    assert calls == {}  # no step ran

@@ -96,6 +96,7 @@ def test_control_characters_in_names_and_keys_get_422_naming_the_field(api, serv
         ("POST", "/v1/jobs/bulk-cancel", {"tenant": "a\nb", "dry_run": True}, "tenant"),
         ("POST", "/v1/leases", {"worker": "w", "queues": ["a\nb"]}, "queues"),
         ("POST", "/v1/workers/w/heartbeat", {"hostname": "h\x1b[1m"}, "hostname"),
+        ("POST", "/v1/events", {"key": "paid\n1"}, "key"),
     ]
     for method, path, body, field in cases:
         r = api.request(method, path, json=body)
@@ -254,6 +255,11 @@ def test_mounted_inside_a_users_fastapi_app(db_url, tmp_path):
         err = httpx.get(base + "/queue/api/task/getTask", params={"taskId": "x"}).json()
         assert err["code"] == 422  # the asyncflow envelope, under the mount too
         assert httpx.get(base + "/queue/openapi.json").status_code == 200
+        # an unknown page under the mount is the dashboard's; the API's and the parent's keep theirs
+        page = httpx.get(base + "/queue/nope")
+        assert page.status_code == 404 and "no page at /nope" in page.text
+        assert httpx.get(base + "/queue/v1/nope").json() == {"detail": "Not Found"}
+        assert httpx.get(base + "/shop/nope").json() == {"detail": "Not Found"}
         # the perimeter holds under the mount, and only there
         rebound = {"Host": "attacker.example"}
         assert httpx.get(base + "/queue/v1/jobs", headers=rebound).status_code == 400

@@ -194,6 +194,38 @@ def test_the_bare_error_pages_fit_a_phone(sqlite_server) -> None:
         )
 
 
+def test_an_unknown_page_is_the_dashboards_404_and_the_apis_stay_json(sqlite_server) -> None:
+    server = sqlite_server()
+    with server.client() as api:
+        for method, path, says in [
+            ("GET", "/dashboard/nope", "no page at /dashboard/nope"),
+            ("GET", "/jobs/1/nope", "no page at /jobs/1/nope"),
+            ("POST", "/nope", "no page at /nope"),
+            ("GET", "/static/nope.css", "no dashboard asset &#x27;nope.css&#x27;"),
+            ("GET", "/%3Cscript%3E", "no page at /&lt;script&gt;"),  # escaped, as every page
+        ]:
+            r = api.request(method, path)
+            assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+            assert says in r.text and "<title>404 · Conveyor</title>" in r.text, (path, r.text)
+            assert (
+                '<meta name="viewport"' in r.text
+                and "frame-ancestors 'none'" in (r.headers["content-security-policy"])
+            )
+        # the REST API's 404s stay JSON, unknown paths and methods included; asyncflow's
+        # stay its envelope
+        for method, path, detail in [
+            ("GET", "/v1/nope", "Not Found"),
+            ("POST", "/v1/nope", "Not Found"),
+            ("GET", "/v1", "Not Found"),
+            ("GET", "/v1/jobs/123456789", "no job with id 123456789"),
+            ("POST", "/v1/workers/nobody/stop", "no worker"),
+        ]:
+            r = api.request(method, path)
+            assert r.status_code == 404 and r.headers["content-type"] == "application/json"
+            assert detail in r.json()["detail"], (path, r.text)
+        assert api.get("/api/nope").json() == {"code": 404, "msg": "Not Found", "result": None}
+
+
 def _slow_sockets(port: int, n: int) -> tuple[list[socket.socket], list[socket.socket]]:
     """``n`` connections: half send nothing, half start a request and never finish it."""
     silent, trickling = [], []

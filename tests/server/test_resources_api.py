@@ -187,7 +187,7 @@ def test_workers_are_listed_a_keyset_page_at_a_time(api, producer):
     for wid in ("zz-c", "zz-a|1", "zz-b"):  # any text is an id, "|" too
         assert api.post(f"/v1/workers/{quote(wid)}/heartbeat").status_code == 200
     gone = WorkerInfo(id="zz-dead", hostname="h", pid=1, queues=["default"], concurrency=1)
-    producer.backend.worker_heartbeat(worker=gone, now=datetime.now(UTC) - timedelta(minutes=5))
+    producer.backend.worker_heartbeat(worker=gone, now=datetime.now(UTC) - timedelta(minutes=1))
     seen, cursor, pages = [], None, 0
     while True:
         params = {"limit": 2, **({"cursor": cursor} if cursor else {})}

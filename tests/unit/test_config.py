@@ -107,6 +107,7 @@ def test_names_and_keys_are_printable(tmp_path, bad):
         ("workflow's name", lambda: app.workflow(bad)),
         ("node's name", lambda: app.workflow("w").add(per_user.s("u"), name=bad)),
         ("a token name", lambda: app.create_token("read", name=bad)),
+        ("key: an event key", lambda: app.emit_event(bad)),
     ]
     if "\x00" not in bad and "\ud800" not in bad:  # (arguments refuse those first)
         refused += [

@@ -321,6 +321,11 @@ class WorkerStore(abc.ABC):
         from within ``ttl_s``, False only the others."""
 
     @abc.abstractmethod
+    def worker_count(self, *, ttl_s: float = 7.0, now: datetime | None = None) -> dict[str, int]:
+        """How many registered workers were heard from within ``ttl_s`` (``alive``)
+        and how many were not (``silent``), counted in the database."""
+
+    @abc.abstractmethod
     def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
         """Forget workers not seen for ``older_than_s`` (killed without deregistering)."""
 

@@ -129,6 +129,7 @@ def create_app(
     for prefix, factory in routers:
         app.include_router(factory(ctx), prefix=prefix)
     errors.install(app)
+    app.add_exception_handler(404, dashboard.not_found)  # an unknown page: the dashboard's
     openapi.install(app)
     app.add_middleware(limits.BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(outage.BoundedWaits, conveyor=conveyor_app)

@@ -47,6 +47,9 @@ STATUS: Sequence[tuple[type[ConveyorError], int]] = (
 #: statuses the asyncflow routes keep (the HTTP layer's own refusals)
 HTTP_LEVEL = frozenset({401, 403, 413})
 ASYNCFLOW_PREFIX = "/api/"
+#: the paths of the APIs: their errors, an unknown path's 404 too, are JSON (any
+#: other unknown path is a page someone asked for: the dashboard's 404 page)
+API_PREFIXES = ("/v1", "/api")
 
 
 def status_of(exc: ConveyorError) -> int:
@@ -61,6 +64,11 @@ def _route_path(request: Request) -> str:
 
 def _is_asyncflow(request: Request) -> bool:
     return _route_path(request).startswith(ASYNCFLOW_PREFIX)
+
+
+def is_api(request: Request) -> bool:
+    path = _route_path(request)
+    return any(path == p or path.startswith(p + "/") for p in API_PREFIXES)
 
 
 def envelope(code: int, msg: str, result: Any = None) -> dict[str, Any]:

@@ -502,6 +502,10 @@ class SqlBackend(Backend):
         }
         return [worker_from_row(r, self._ts) for r in self._rows("worker_list", params)]
 
+    def worker_count(self, *, ttl_s: float = 7.0, now: datetime | None = None) -> dict[str, int]:
+        [row] = self._rows("worker_count", {"ttl_s": float(ttl_s), "now": self._now(now)})
+        return {"alive": int(row["alive"]), "silent": int(row["total"]) - int(row["alive"])}
+
     def worker_prune_stale(self, *, older_than_s: float, now: datetime | None = None) -> int:
         return self._count(
             "worker_prune_stale", {"older_than_s": float(older_than_s), "now": self._now(now)}

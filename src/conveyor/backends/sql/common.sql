@@ -197,6 +197,12 @@ WHERE w.id > :after_id
 ORDER BY w.id
 LIMIT :limit
 
+-- name: worker_count
+-- The overview's tile: counted here, not by reading every worker's row.
+SELECT count(CASE WHEN last_seen_at >= {NOW_MINUS(:ttl_s)} THEN 1 END) AS alive,
+       count(*) AS total
+FROM conveyor_workers
+
 -- name: leader_get
 SELECT holder FROM conveyor_leaders WHERE name = :name
 

@@ -25,22 +25,24 @@ from datetime import UTC, datetime
 from html import escape
 from importlib import resources
 from itertools import pairwise
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
-from pydantic import TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, StringConstraints, TypeAdapter, ValidationError
 
 from ... import serialize
+from ...checks import MAX_LIMIT_KEY
 from ...encoding import storable_text
 from ...errors import ConfigError, ConveyorError, JobNotFound
 from ...records import ApiToken, JobFilter, JobState, TokenScope
+from .. import errors
 from ..auth import COOKIE, authorize
 from ..context import ServerContext
 from ..dependencies import Ctx, Facade
-from ..models import FilterFields, JobId
+from ..models import FilterFields, JobId, clean_text
 from ..routes.workflows import view as workflow_view
 from . import graph
 
@@ -49,6 +51,8 @@ log = logging.getLogger("conveyor.dashboard")
 STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 STATES = [s.value for s in JobState]
 PAGE = 50
+#: workers a page, as ``/v1/workers`` gives them
+WORKERS_PAGE = 100
 
 env = Environment(
     loader=PackageLoader("conveyor.server.dashboard", "templates"),
@@ -247,10 +251,19 @@ def _replica_note(request: Request) -> str | None:
     return "lag unknown" if lag is None else f"{lag:.1f} s behind"
 
 
+async def not_found(request: Request, exc: Exception) -> Response:
+    """A 404 (an unknown path, most often) outside the APIs is a page someone
+    asked for: the dashboard's error page. Under ``/v1`` and ``/api`` the API
+    answers as ever (JSON, or asyncflow's envelope)."""
+    if errors.is_api(request):
+        return await errors.http_error(request, exc)
+    return error_page(404, f"no page at {storable_text(_here(request), 200)}")
+
+
 @router.get("/static/{name}")
 def static(name: str) -> Response:
     if name not in STATIC:
-        raise HTTPException(404, f"no dashboard asset {name!r}")
+        return error_page(404, f"no dashboard asset {name!r}")
     body = resources.files(__package__ or __name__).joinpath("static", name).read_bytes()
     return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
@@ -320,14 +333,11 @@ async def overview(request: Request, ctx: Ctx) -> Response:
         history.start()
 
     def gather() -> dict[str, Any]:
-        now = datetime.now(UTC)
-        workers = [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
         return {
             "queues": [serialize.queue(q) for q in app.queues()],
             "oldest": {q: _ago(t) for q, t in app.serving.oldest_waiting().items()},
             "unserved": [serialize.count(c) for c in app.unserved(worker_ttl_s=ctx.worker_ttl_s)],
-            "alive": sum(1 for w in workers if w["alive"]),
-            "silent": sum(1 for w in workers if not w["alive"]),
+            **app.serving.worker_counts(ctx.worker_ttl_s),
             "recent": history.window(),
             "open_batches": app.serving.open_batches(),
             "states": STATES,
@@ -393,7 +403,7 @@ async def jobs(
         filters=filters,
         states=STATES,
         error=error,
-        next_url=f"/jobs?{urlencode({**filters, 'before': next_before})}" if next_before else None,
+        next_url=_next_url("/jobs", filters, "before", next_before),
         filter_json=json.dumps({} if error else _api_filter(filters)),
         **data,
     )
@@ -496,17 +506,43 @@ async def workflow(request: Request, workflow_id: JobId, ctx: Ctx) -> Response:
 
 
 @router.get("/workers", response_class=HTMLResponse)
-async def workers(request: Request, ctx: Ctx) -> Response:
+async def workers(
+    request: Request, ctx: Ctx, alive: str | None = None, after: str | None = None
+) -> Response:
+    """A page of workers by id (``after``: the last id of the one before), alive,
+    silent or both; paged as the jobs page is."""
     who = await viewer(ctx, request)
     if not isinstance(who, Viewer):
         return who
-    app = ctx.conveyor
+    app, filters = ctx.conveyor, {"alive": alive} if alive else {}
+    error = None
+    try:
+        asked = _WorkersPage.model_validate({"alive": alive or None, "after": after or None})
+    except ValidationError as exc:
+        asked, error = _WorkersPage(), f"bad filter: {_fields_wrong(exc)}"
 
     def gather() -> list[dict[str, Any]]:
+        if error:  # nothing is read for a filter that is wrong
+            return []
+        rows = app.workers(
+            limit=WORKERS_PAGE, after=asked.after, alive=asked.alive, worker_ttl_s=ctx.worker_ttl_s
+        )
         now = datetime.now(UTC)
-        return [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in app.workers()]
+        return [serialize.worker(w, now=now, ttl_s=ctx.worker_ttl_s) for w in rows]
 
-    return render("workers.html", request, who, workers=await asyncio.to_thread(gather))
+    shown = await asyncio.to_thread(gather)
+    last = shown[-1]["id"] if len(shown) == WORKERS_PAGE else None
+    page = render(
+        "workers.html",
+        request,
+        who,
+        workers=shown,
+        alive=alive or "",
+        error=error,
+        next_url=_next_url("/workers", filters, "after", last),
+    )
+    page.status_code = 422 if error else 200
+    return page
 
 
 @router.get("/tasks", response_class=HTMLResponse)
@@ -599,6 +635,24 @@ def _local(target: str) -> str:
 #: the jobs page's query parameters, checked as the API checks its own (every
 #: string free of NUL, ids and times within what the databases hold)
 _PAGE_BEFORE = TypeAdapter(JobId)
+
+
+class _WorkersPage(BaseModel):
+    """The workers page's: ``alive`` (true: only those heard from within the
+    worker ttl, false: only the silent ones) and ``after``, the last id of the
+    page before (any text a worker's id may be, but NUL; MariaDB's hold 255)."""
+
+    alive: bool | None = None
+    after: (
+        Annotated[str, StringConstraints(max_length=MAX_LIMIT_KEY), AfterValidator(clean_text)]
+        | None
+    ) = None
+
+
+def _next_url(path: str, filters: dict[str, str], cursor: str, last: object) -> str | None:
+    """The link to a list's next page: its filters and the key of the last row
+    shown (None when this page was the last one)."""
+    return None if last is None else f"{path}?{urlencode({**filters, cursor: last})}"
 
 
 def _page_filter(filters: dict[str, str], before: str | None) -> tuple[JobFilter, int | None]:

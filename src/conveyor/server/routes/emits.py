@@ -12,9 +12,10 @@ from pydantic import Field, StringConstraints
 from ...durable import MAX_KEY
 from ..auth import PRODUCER, requires
 from ..dependencies import Facade
-from ..models import Strict
+from ..models import Key, Strict
 
-EventKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_KEY)]
+#: a key as durable's wait_for_event takes it: printable, as every REST key
+EventKey = Annotated[Key, StringConstraints(max_length=MAX_KEY)]
 
 
 class EventEmit(Strict):
