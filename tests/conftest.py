@@ -97,8 +97,9 @@ def mysql_base() -> str:
 
 
 def mysql_database_url(base: str, name: str) -> str:
-    parts = base.rsplit("/", 1)[0]
-    return f"{parts}/{name}"
+    """``base`` naming database ``name`` instead, its options (say driver=) kept."""
+    path, _, query = base.partition("?")
+    return f"{path.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
 
 
 DATABASES_ENV = "CONVEYOR_TEST_DATABASES"

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import gc
+import os
+import re
+import sys
 import threading
 import uuid
 
-import pymysql
 import pytest
 
 from conveyor.backends import open_backend
@@ -58,7 +61,7 @@ def test_url_forms():
 
 
 def test_the_urls_poll_ms_sets_the_notifiers_cadence(mysql):
-    slower = open_backend(mysql.url + "?poll_ms=25")
+    slower = open_backend(mysql.url + ("&" if "?" in mysql.url else "?") + "poll_ms=25")
     try:
         notifier = slower.notifier()
         assert notifier._fast == 0.025
@@ -73,14 +76,15 @@ def test_a_deadlock_is_retried_whole_and_counted(mysql):
     def flaky():
         calls.append(1)
         if len(calls) < 3:
-            raise pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+            raise mysql._driver.OperationalError(1213, "Deadlock found when trying to get lock")
         return "ok"
 
     before = mysql.deadlock_retries
     assert mysql._retrying(flaky) == "ok" and len(calls) == 3
     assert mysql.deadlock_retries == before + 2
-    with pytest.raises(pymysql.err.OperationalError):  # anything else is not retried
-        mysql._retrying(lambda: (_ for _ in ()).throw(pymysql.err.OperationalError(1146, "x")))
+    error = mysql._driver.OperationalError
+    with pytest.raises(error):  # anything else is not retried
+        mysql._retrying(lambda: (_ for _ in ()).throw(error(1146, "x")))
 
 
 def test_shared_operations_reach_the_retry_by_the_hook_but_in_a_callers_transaction(
@@ -212,3 +216,54 @@ def test_another_process_is_noticed_by_polling(mysql):
     finally:
         notifier.close()
         other.close()
+
+
+def test_the_urls_driver_option_is_checked_before_any_connection():
+    # (no server at this port: the option is refused first, naming itself)
+    with pytest.raises(ConfigError, match="driver must be one of pymysql, mysqlclient"):
+        open_backend("mysql://root@127.0.0.1:1/jobs?driver=mysql-connector")
+
+
+def test_driver_mysqlclient_without_the_package_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "MySQLdb", None)  # import MySQLdb raises ImportError
+    monkeypatch.setitem(sys.modules, "MySQLdb.cursors", None)
+    with pytest.raises(ConfigError, match=r"pip install 'conveyor\[mysqlclient\]'"):
+        open_backend("mysql://root@127.0.0.1:1/jobs?driver=mysqlclient")
+
+
+def _with_driver(url: str, name: str) -> str:
+    base = re.sub(r"[?&]driver=[^&]*", "", url)
+    return base + ("&" if "?" in base else "?") + f"driver={name}"
+
+
+@pytest.mark.parametrize("name", ["pymysql", "mysqlclient"])
+def test_each_driver_serves_the_backend_and_a_forked_child_leaves_the_parents_session(mysql, name):
+    """The URL's driver makes every connection, and a forked child that forgets
+    the parent's connections does not end the parent's sessions: mysqlclient
+    sends a QUIT when it collects a connection, which on the parent's socket
+    would close the parent's session under it."""
+    module = "pymysql" if name == "pymysql" else "MySQLdb"
+    if name == "mysqlclient":
+        pytest.importorskip("MySQLdb")
+    backend = open_backend(_with_driver(mysql.url, name))
+    try:
+        assert type(backend._conn()).__module__.split(".")[0] == module
+        [job] = backend.job_insert_many(jobs=[ins("t", queue="q")])
+        before = backend._rows("session_id", {}, sql="SELECT CONNECTION_ID() AS id")
+        pid = os.fork()
+        if pid == 0:  # the child: forget the parent's connections, collect them, leave
+            code = 1
+            try:
+                backend._after_fork()
+                gc.collect()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        after = backend._rows("session_id", {}, sql="SELECT CONNECTION_ID() AS id")
+        assert after == before  # the same session, still open
+        [claimed] = backend.job_claim(queues=["q"], worker_id="w", limit=1)
+        assert claimed.id == job.id
+    finally:
+        backend.close()

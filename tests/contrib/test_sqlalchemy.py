@@ -5,6 +5,7 @@ database, and exists only if that transaction commits."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator
 
@@ -35,6 +36,8 @@ ASYNC_DRIVERS = {
 def sqlalchemy_url(db_url: str, drivers: dict[str, str]) -> str:
     """The test database's URL for SQLAlchemy (the same server, database and schema)."""
     scheme, rest = db_url.split(":", 1)
+    # (Conveyor's own driver= option picks its MySQL driver: SQLAlchemy's is named here)
+    rest = re.sub(r"[?&]driver=[^&]*$", "", re.sub(r"([?&])driver=[^&]*&", r"\1", rest))
     return drivers[scheme] + ":" + rest
 
 

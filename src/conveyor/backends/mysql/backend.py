@@ -31,8 +31,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import pymysql
-
 from ...records import (
     Finalize,
     Heartbeat,
@@ -139,7 +137,7 @@ class MySQLBackend(MySQLSession):
                 continue
             try:
                 cur.execute(stmt)
-            except pymysql.MySQLError as exc:
+            except self._driver.Error as exc:
                 if not (resuming and _code(exc) in ALREADY_DONE):
                     raise
                 log.warning(
@@ -156,7 +154,9 @@ class MySQLBackend(MySQLSession):
                 )
 
     def notifier(self, *, events: bool = False) -> Notifier:
-        return MySQLNotifier(self._connect, self.hub_key, fast=self.poll_s)
+        return MySQLNotifier(
+            self._connect, self.hub_key, fast=self.poll_s, error=self._driver.Error
+        )
 
     # -- values --------------------------------------------------------------------------
     def _now(self, now: datetime | None) -> Any:
@@ -312,7 +312,7 @@ class MySQLBackend(MySQLSession):
         try:
             with self._conn().cursor() as cur:
                 cur.execute(Q["limits_unlock_keys"])
-        except pymysql.Error:
+        except self._driver.Error:
             self._drop()
 
     def _rank_and_take(
@@ -691,7 +691,7 @@ class MySQLBackend(MySQLSession):
                 finally:
                     cur.execute(Q["upkeep_wait_default"])
             conn.commit()
-        except pymysql.err.OperationalError as exc:
+        except self._driver.OperationalError as exc:
             if _code(exc) not in RETRYABLE:
                 raise self._fail(exc) from exc
             log.info("%s skipped this time: %s", name, exc)

@@ -54,14 +54,16 @@ class MySQLNotifier(Notifier):
 
     def __init__(
         self,
-        connect: Callable[[], pymysql.connections.Connection[Any]],
+        connect: Callable[[], Any],
         hub_key: str,
         fast: float = 0.002,
         slow: float = 0.25,
         linger: float = 5.0,
         busy: float = 0.05,
+        error: type[Exception] = pymysql.Error,
     ) -> None:
         self._connect = connect
+        self._error = error  # the driver's
         self._fast, self._slow, self._linger, self._busy = fast, slow, linger, busy
         self._interval = fast
         self._changed_at = time.monotonic()
@@ -70,7 +72,7 @@ class MySQLNotifier(Notifier):
         self._lock = threading.Lock()
         self._closed = False
         self._eager = True
-        self._conn: pymysql.connections.Connection[Any] | None = None
+        self._conn: Any = None
         #: a poll is on the connection: close() leaves the connection to the poll
         #: to close when it returns (a close under a poll raised PyMySQL's
         #: AttributeError out of wait(); waiting for the poll could hang a
@@ -104,7 +106,7 @@ class MySQLNotifier(Notifier):
                 left = self._take_if_closed()
             close_quietly(left)
 
-    def _take_if_closed(self) -> pymysql.connections.Connection[Any] | None:
+    def _take_if_closed(self) -> Any:
         if not self._closed:
             return None
         conn, self._conn = self._conn, None
@@ -118,7 +120,7 @@ class MySQLNotifier(Notifier):
                 cur.execute(Q["max_change"])
                 row = cur.fetchone()
             return (row["jobs"], row["batches"])
-        except pymysql.Error:
+        except self._error:
             conn, self._conn = self._conn, None
             close_quietly(conn)
             return None
@@ -164,7 +166,7 @@ class MySQLNotifier(Notifier):
         close_quietly(left)
 
 
-def close_quietly(conn: pymysql.connections.Connection[Any] | None) -> None:
+def close_quietly(conn: Any) -> None:
     """Closes ``conn`` (if any), whatever state its socket is in."""
     if conn is not None:
         try:

@@ -17,12 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pymysql
 import pymysql.cursors
-from pymysql.constants import CLIENT
 
 from ...connections import GreenletConnection
 from ...errors import ConfigError, DatabaseUnavailable, connect_advice
@@ -30,10 +29,11 @@ from .. import waits
 from ..sql.backend import SqlBackend
 from ..threads import ThreadConnections
 from .dialect import _CHANGE, _HORIZON, Q
+from .driver import DRIVERS, Driver, driver, errors
 from .notifier import HUB, close_quietly
 
-if TYPE_CHECKING:
-    Connection = pymysql.connections.Connection[Any]
+#: a connection of PyMySQL's or of mysqlclient's (the URL's driver option)
+Connection = Any
 
 log = logging.getLogger("conveyor.mysql")
 T = TypeVar("T")
@@ -72,12 +72,13 @@ def parse_url(url: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(f"malformed MySQL URL {redact(url)}: {exc}") from exc
     options = _options(url)
-    unknown = set(options) - {"connect_timeout", "unix_socket", "poll_ms"}
+    unknown = set(options) - {"connect_timeout", "unix_socket", "poll_ms", "driver"}
     if unknown:
         raise ConfigError(
             f"unknown MySQL URL option(s) {sorted(unknown)}: the options are "
-            "'connect_timeout' (seconds), 'unix_socket' (a path) and 'poll_ms' (how "
-            "often a worker that was just busy looks for new work, 1 to 1000 ms)"
+            "'connect_timeout' (seconds), 'unix_socket' (a path), 'poll_ms' (how "
+            "often a worker that was just busy looks for new work, 1 to 1000 ms) and "
+            f"'driver' ({' or '.join(DRIVERS)})"
         )
     kwargs: dict[str, Any] = {
         "host": parts.hostname or "127.0.0.1",
@@ -90,6 +91,11 @@ def parse_url(url: str) -> dict[str, Any]:
     if "unix_socket" in options:
         kwargs["unix_socket"] = options["unix_socket"]
     return kwargs
+
+
+def driver_of(url: str) -> Driver:
+    """The driver the URL's ``driver`` option names (PyMySQL when it names none)."""
+    return driver(_options(url).get("driver", "pymysql"))
 
 
 def _options(url: str) -> dict[str, str]:
@@ -126,6 +132,7 @@ class MySQLSession(SqlBackend):
     def __init__(self, url: str) -> None:
         self.url = url
         self._kwargs = parse_url(url)
+        self._driver = driver_of(url)
         #: the notifier's poll while work was seen lately (the URL's poll_ms)
         self.poll_s = poll_seconds(url)
         self.database = self._kwargs["database"]
@@ -143,21 +150,14 @@ class MySQLSession(SqlBackend):
         self.mariadb = _is_mariadb(conn)
 
     # -- connections -------------------------------------------------------------------
-    def _connect(self) -> pymysql.connections.Connection[Any]:
+    def _connect(self) -> Connection:
         kwargs = self._kwargs
         bound = waits.connection_wait_s()  # a server's request: an answer now
         if bound is not None and bound < kwargs["connect_timeout"]:
             kwargs = {**kwargs, "connect_timeout": bound}
         try:
-            conn = pymysql.connect(
-                **kwargs,
-                charset="utf8mb4",
-                autocommit=True,
-                cursorclass=pymysql.cursors.DictCursor,
-                # rowcount = rows matched, as on PostgreSQL and SQLite (not only changed)
-                client_flag=CLIENT.FOUND_ROWS,
-            )
-            _network_defaults(conn)
+            conn = self._driver.connect(kwargs)
+            self._driver.set_socket_options(conn, _NETWORK_DEFAULTS)
             with conn.cursor() as cur:
                 # UTC everywhere; READ COMMITTED: no gap locks (REPEATABLE READ's
                 # next-key locks make SKIP LOCKED claims block each other), and each
@@ -181,7 +181,7 @@ class MySQLSession(SqlBackend):
                 # ends it: after 5 idle minutes, not 8 hours. Our idle connections
                 # are pinged before use (CHECK_IDLE_S) and made again if ended.
                 cur.execute(f"SET SESSION wait_timeout = {SESSION_IDLE_S}")
-        except pymysql.Error as exc:
+        except self._driver.Error as exc:
             raise self._unavailable(exc) from exc
         return conn
 
@@ -193,7 +193,7 @@ class MySQLSession(SqlBackend):
             transient=_code(exc) in _TRANSIENT_CODES,
         )
 
-    def _conn(self) -> pymysql.connections.Connection[Any]:
+    def _conn(self) -> Connection:
         """This thread's connection. One idle for a while is pinged first: after a
         server restart it is dead, and the statement about to use it would fail
         although the server is back (PostgreSQL's pool does the same check)."""
@@ -203,8 +203,8 @@ class MySQLSession(SqlBackend):
         now = time.monotonic()
         if conn is not None and now - getattr(self._local, "used", now) > CHECK_IDLE_S:
             try:
-                conn.ping(reconnect=False)
-            except pymysql.Error:
+                self._driver.ping(conn)
+            except self._driver.Error:
                 self._drop()
                 conn = None
         if conn is None:
@@ -218,19 +218,20 @@ class MySQLSession(SqlBackend):
         statement of the child's on one would interleave with the parent's on the
         same socket, and closing one (a QUIT) would end the parent's session. Their
         sockets close with the child (pymysql closes without a QUIT when collected),
-        which the parent's copies do not notice."""
+        which the parent's copies do not notice. Kept, never collected: mysqlclient
+        sends a QUIT when it collects a connection."""
         self._pid = os.getpid()
         self._local = threading.local()
-        self._conns.after_fork()
-        self._readers.after_fork()
+        _FORGOTTEN.extend(self._conns.after_fork())
+        _FORGOTTEN.extend(self._readers.after_fork())
 
     def _drop(self) -> None:
         """Forget this thread's connection after a connection error: the next call
         connects again."""
         self._conns.discard()
 
-    def _fail(self, exc: pymysql.Error) -> Exception:
-        if isinstance(exc, pymysql.err.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
+    def _fail(self, exc: Exception) -> Exception:
+        if isinstance(exc, self._driver.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
             self._drop()
             return self._unavailable(exc)
         failed: Exception = exc
@@ -244,7 +245,7 @@ class MySQLSession(SqlBackend):
         for attempt in range(MAX_RETRIES + 1):
             try:
                 return run()
-            except pymysql.err.OperationalError as exc:
+            except self._driver.OperationalError as exc:
                 if _code(exc) not in RETRYABLE or attempt == MAX_RETRIES:
                     raise
                 self.deadlock_retries += 1
@@ -284,7 +285,7 @@ class MySQLSession(SqlBackend):
                 own.rollback()
             except Exception:
                 pass
-            if isinstance(exc, pymysql.Error):
+            if isinstance(exc, self._driver.Error):
                 failed = self._fail(exc)
                 if failed is not exc:
                     raise failed from exc
@@ -340,11 +341,11 @@ class MySQLSession(SqlBackend):
                         params["horizon"] = self._horizon()
                     cur.execute(text, params)
                     return list(cur.fetchall()) if cur.description else []
-            except pymysql.err.OperationalError as exc:
+            except self._driver.OperationalError as exc:
                 if _code(exc) in RETRYABLE:
                     raise
                 raise self._fail(exc) from exc
-            except pymysql.err.InterfaceError as exc:
+            except self._driver.InterfaceError as exc:
                 raise self._fail(exc) from exc
 
         return self._retrying(run)
@@ -397,7 +398,7 @@ class MySQLSession(SqlBackend):
             with ru.cursor() as cur:
                 cur.execute(Q["change_numbers"])
                 taken = [int(r["id"]) for r in cur.fetchall()]
-        except pymysql.Error as exc:
+        except self._driver.Error as exc:
             self._readers.discard()
             raise self._fail(exc) from exc
         if not taken:
@@ -435,7 +436,7 @@ def _reset(conn: Connection) -> bool:
     back (a round trip: a connection the server ended fails here, and is closed)."""
     try:
         conn.rollback()
-    except pymysql.Error:
+    except errors():
         return False
     return True
 
@@ -445,29 +446,25 @@ def _is_mariadb(conn: Any) -> bool:
     return "mariadb" in str(conn.get_server_info()).lower()
 
 
-def _network_defaults(conn: Any) -> None:
-    """TCP keepalives and a send timeout on the connection's socket (as the
-    PostgreSQL backend asks libpq for): through a network that silently drops
-    packets, a read or write fails within seconds instead of hanging for the
-    kernel's default of many minutes, so a worker cut off from the database stays
-    able to stop and to reconnect."""
-    sock = getattr(conn, "_sock", None)
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return
-    options = [
+#: TCP keepalives and a send timeout on each connection's socket (as the PostgreSQL
+#: backend asks libpq for): through a network that silently drops packets, a read
+#: or write fails within seconds instead of hanging for the kernel's default of
+#: many minutes, so a worker cut off from the database stays able to stop and to
+#: reconnect. (level, option, value); options this platform lacks are left out.
+_NETWORK_DEFAULTS = [
+    (level, name, value)
+    for level, name, value in (
         (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
         (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), 10),
         (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), 3),
         (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), 3),
         (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), 15_000),
-    ]
-    for level, name, value in options:
-        if name is None:  # not on this platform
-            continue
-        try:
-            sock.setsockopt(level, name, value)
-        except OSError:
-            pass
+    )
+    if name is not None
+]
+
+#: connections a forked child inherited and forgot (see _after_fork)
+_FORGOTTEN: list[Any] = []
 
 
 def _dict_cursor(conn: Any) -> Any:
