@@ -26,7 +26,7 @@ install: $(VENV)/.installed ## create .venv and install Conveyor with its dev to
 demo: install ## run the demo on embedded SQLite (no server needed)
 	$(VENV)/bin/conveyor demo
 
-test: install ## run the whole suite on SQLite, PostgreSQL and MariaDB (finds or starts both servers)
+test: install ## run the whole suite on SQLite, PostgreSQL and MariaDB (finds or starts both servers), the backend suite again through mysqlclient, and the Django tests
 	@bash scripts/ensure-chromium.sh || exit 1
 	@bash scripts/ensure-pgbouncer.sh || exit 1
 	@url=$$(PYTHON=$(PY) bash scripts/ensure-postgres.sh) || exit 1; \
@@ -34,6 +34,7 @@ test: install ## run the whole suite on SQLite, PostgreSQL and MariaDB (finds or
 	myurl=$$(PYTHON=$(PY) bash scripts/ensure-mysql.sh) || exit 1; \
 	echo "MySQL for tests: $$myurl"; \
 	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS) && \
+	CONVEYOR_TEST_MYSQL_URL=$$myurl PYTHON=$(PY) TEST_WORKERS=$(TEST_WORKERS) bash scripts/test-mysqlclient.sh $(PYTEST_ARGS) && \
 	CONVEYOR_TEST_POSTGRES_URL=$$url CONVEYOR_TEST_MYSQL_URL=$$myurl bash scripts/test-django.sh
 
 test-django: install ## the Django integration tests alone (.venv-django, Python 3.12+; all three databases)

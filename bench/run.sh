@@ -30,7 +30,8 @@
 #      /tmp/peerbench/results/conveyor-events-<timestamp>.jsonl; its table is printed;
 #   9. `conveyor bench` (the CLI worker with its defaults) on PostgreSQL with --pgqueuer
 #      (one worker process, then the drain by two each: --workers 2), on SQLite and on
-#      MariaDB (scripts/ensure-mysql.sh), appended to bench/RESULTS.md;
+#      MariaDB (scripts/ensure-mysql.sh), by PyMySQL and by mysqlclient, appended to
+#      bench/RESULTS.md;
 #  10. with BENCH_SCALE=1, bench/bench_scale.py (1/2/4 workers, 1M waiting, 10M finished,
 #      a worker's RSS over 1M jobs), its section appended to bench/RESULTS.md.
 #
@@ -201,6 +202,15 @@ with c.cursor() as cur:
     echo "MariaDB: \`conveyor bench -d ${MYSQL_BASE%/*}/bench_cli --jobs $N\`"
     echo
     "$VENV/bin/conveyor" bench -d "${MYSQL_BASE%/*}/bench_cli" --jobs "$N"
+    # the same through the optional C driver (scripts/ensure-mysqlclient.sh installs it)
+    if PYTHON="$PY" bash "$REPO/scripts/ensure-mysqlclient.sh"; then
+      echo
+      echo "MariaDB through mysqlclient: \`conveyor bench -d ${MYSQL_BASE%/*}/bench_cli?driver=mysqlclient --jobs $N\`"
+      echo
+      "$VENV/bin/conveyor" bench -d "${MYSQL_BASE%/*}/bench_cli?driver=mysqlclient" --jobs "$N"
+    else
+      say "no mysqlclient: its conveyor bench run is skipped"
+    fi
   else
     say "no MySQL/MariaDB: its conveyor bench run is skipped"
   fi

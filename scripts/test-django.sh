@@ -19,26 +19,19 @@ find_python() {
 }
 
 if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ] \
-   || [ scripts/test-django.sh -nt "$VENV/.installed" ]; then
+   || [ scripts/test-django.sh -nt "$VENV/.installed" ] \
+   || [ scripts/ensure-mysqlclient.sh -nt "$VENV/.installed" ]; then
   PY=$(find_python)
   if [ -z "$PY" ]; then
     say "SKIPPED: no Python 3.12+ found (Django 6 needs one); set DJANGO_PYTHON to one"
     exit 0
   fi
-  # Django's MySQL driver, mysqlclient, builds against the MariaDB client library
-  if ! pkg-config --exists mysqlclient 2>/dev/null && ! pkg-config --exists mariadb 2>/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      say "installing libmariadb-dev (mysqlclient builds against it)"
-      { apt-get update -qq && apt-get install -y -qq libmariadb-dev pkg-config; } >&2 || exit 1
-    else
-      say "mysqlclient needs the MariaDB (or MySQL) client headers: apt-get install libmariadb-dev"
-      exit 1
-    fi
-  fi
   say "making $VENV with $PY"
   rm -rf "$VENV"
   "$PY" -m venv "$VENV" || exit 1
   "$VENV/bin/python" -m pip install -q --upgrade pip || exit 1
+  # Django's MySQL driver, mysqlclient
+  PYTHON="$VENV/bin/python" bash scripts/ensure-mysqlclient.sh || exit 1
   "$VENV/bin/python" -m pip install -q -e . "django>=6.1,<6.2" "mysqlclient>=2.2" \
     "pytest>=8" "pytest-timeout>=2.3" || exit 1
   touch "$VENV/.installed"
