@@ -258,6 +258,7 @@ def test_mounted_inside_a_users_fastapi_app(db_url, tmp_path):
         # an unknown page under the mount is the dashboard's; the API's and the parent's keep theirs
         page = httpx.get(base + "/queue/nope")
         assert page.status_code == 404 and "no page at /nope" in page.text
+        assert 'href="/queue/static/app.css"' in page.text and 'href="/queue/"' in page.text
         assert httpx.get(base + "/queue/v1/nope").json() == {"detail": "Not Found"}
         assert httpx.get(base + "/shop/nope").json() == {"detail": "Not Found"}
         # the perimeter holds under the mount, and only there

@@ -184,14 +184,17 @@ def test_the_login_page_says_only_its_own_words(sqlite_server) -> None:
         assert "That token is not valid." in page.text
 
 
-def test_the_bare_error_pages_fit_a_phone(sqlite_server) -> None:
+def test_the_error_pages_fit_a_phone_in_the_dashboards_style_and_lead_back(sqlite_server) -> None:
     server = sqlite_server()
     with server.client() as api:
-        missing = api.get("/jobs/123456789")
-        assert missing.status_code == 404 and "no job with id 123456789" in missing.text
-        assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in (
-            missing.text
-        )
+        for path, says in [("/jobs/123456789", "no job with id 123456789"), ("/nope", "no page")]:
+            missing = api.get(path)
+            assert missing.status_code == 404 and says in missing.text
+            page = missing.text
+            assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+            assert '<link rel="stylesheet" href="/static/app.css">' in page
+            assert '<a href="/">Back to the overview</a>' in page
+        assert api.get("/static/app.css").status_code == 200  # served to anyone
 
 
 def test_an_unknown_page_is_the_dashboards_404_and_the_apis_stay_json(sqlite_server) -> None:

@@ -208,17 +208,23 @@ async def viewer(ctx: ServerContext, request: Request) -> Viewer | Response:
         if exc.status_code == 401 and "loopback clients only" not in str(exc.detail):
             target = quote(_here(request) + (f"?{request.url.query}" if request.url.query else ""))
             return RedirectResponse(f"{_root(request)}/login?next={target}", status_code=303)
-        return error_page(exc.status_code, str(exc.detail))
+        return error_page(exc.status_code, str(exc.detail), request)
     return Viewer(token)
 
 
-def error_page(status: int, text: str) -> HTMLResponse:
-    """A bare error page. Its text is escaped: it may carry what the client sent
-    (an address uvicorn took from ``X-Forwarded-For``, a name in a URL)."""
+def error_page(status: int, text: str, request: Request) -> HTMLResponse:
+    """An error page in the dashboard's style, with a way back to the overview
+    (no navigation that needs a signed-in viewer). Its text is escaped: it may
+    carry what the client sent (an address uvicorn took from ``X-Forwarded-For``,
+    a name in a URL)."""
+    root = escape(_root(request))
     return HTMLResponse(
-        '<!doctype html><meta charset="utf-8">'
+        '<!doctype html><html lang="en"><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{status} · Conveyor</title><h1>{status}</h1><p>{escape(text)}</p>",
+        f'<title>{status} · Conveyor</title><link rel="stylesheet" href="{root}/static/app.css">'
+        f'<header><a class="brand" href="{root}/">Conveyor</a></header>'
+        f"<main><h1>{status}</h1><p>{escape(text)}</p>"
+        f'<p><a href="{root}/">Back to the overview</a></p></main></html>',
         status,
     )
 
@@ -257,13 +263,13 @@ async def not_found(request: Request, exc: Exception) -> Response:
     answers as ever (JSON, or asyncflow's envelope)."""
     if errors.is_api(request):
         return await errors.http_error(request, exc)
-    return error_page(404, f"no page at {storable_text(_here(request), 200)}")
+    return error_page(404, f"no page at {storable_text(_here(request), 200)}", request)
 
 
 @router.get("/static/{name}")
-def static(name: str) -> Response:
+def static(name: str, request: Request) -> Response:
     if name not in STATIC:
-        return error_page(404, f"no dashboard asset {name!r}")
+        return error_page(404, f"no dashboard asset {name!r}", request)
     body = resources.files(__package__ or __name__).joinpath("static", name).read_bytes()
     return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
@@ -429,7 +435,7 @@ async def job(request: Request, job_id: int, ctx: Ctx) -> Response:
     try:
         data = await asyncio.to_thread(gather)
     except JobNotFound:
-        return error_page(404, f"no job with id {job_id}")
+        return error_page(404, f"no job with id {job_id}", request)
     return render("job.html", request, who, pretty=_pretty, **data)
 
 
@@ -466,7 +472,7 @@ async def batch(request: Request, batch_id: int, ctx: Ctx) -> Response:
     try:
         data = await asyncio.to_thread(gather)
     except JobNotFound:
-        return error_page(404, f"no batch with id {batch_id}")
+        return error_page(404, f"no batch with id {batch_id}", request)
     return render("batch.html", request, who, pretty=_pretty, **data)
 
 
@@ -483,7 +489,7 @@ async def workflows(request: Request, ctx: Ctx, state: str | None = None) -> Res
     try:
         runs = await asyncio.to_thread(gather)
     except ConfigError as exc:
-        return error_page(422, str(exc))
+        return error_page(422, str(exc), request)
     return render("workflows.html", request, who, workflows=runs, state=state or "")
 
 
@@ -497,7 +503,7 @@ async def workflow(request: Request, workflow_id: JobId, ctx: Ctx) -> Response:
     try:
         run = await asyncio.to_thread(workflow_view, ctx.conveyor, workflow_id)
     except JobNotFound:
-        return error_page(404, f"no workflow with id {workflow_id}")
+        return error_page(404, f"no workflow with id {workflow_id}", request)
     drawn = graph.layout(run["nodes"]) if len(run["nodes"]) <= graph.MOST_DRAWN else None
     names = {n["node"]: n["name"] for n in run["nodes"]}
     return render(
@@ -596,7 +602,7 @@ async def trigger(request: Request, ctx: Ctx, again: int | None = Query(None)) -
     try:
         data = await asyncio.to_thread(gather)
     except JobNotFound:
-        return error_page(404, f"no job with id {again}")
+        return error_page(404, f"no job with id {again}", request)
     return render("trigger.html", request, who, **data)
 
 
