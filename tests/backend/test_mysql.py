@@ -267,3 +267,33 @@ def test_each_driver_serves_the_backend_and_a_forked_child_leaves_the_parents_se
         assert claimed.id == job.id
     finally:
         backend.close()
+
+
+def test_threads_share_one_dirty_reader_for_the_change_horizon(mysql):
+    """A threaded server's threads each hold a connection; the READ UNCOMMITTED
+    reader of the change horizon is one for them all (one each held twice the
+    threads' connections: 95 for one `conveyor server` under 64 clients)."""
+    ready, done = threading.Barrier(9), threading.Barrier(9)
+
+    def read() -> None:
+        mysql._conn()  # a thread that wrote or read (the server's do) holds one
+        mysql._horizon()
+        ready.wait()  # all eight alive at once: none hands its connection on
+        done.wait()
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    try:
+        [row] = mysql._rows(
+            "sessions",
+            {"db": mysql.database},
+            sql="SELECT count(*) AS n FROM information_schema.processlist WHERE db = %(db)s",
+        )
+    finally:
+        done.wait()
+        for t in threads:
+            t.join()
+    # the eight threads', this thread's and the one reader
+    assert row["n"] == 8 + 1 + 1

@@ -141,7 +141,11 @@ class MySQLSession(SqlBackend):
         self._local = threading.local()  # a thread's transaction state (hints, change)
         #: each thread's connection, and its READ UNCOMMITTED reader (_horizon)
         self._conns: ThreadConnections[Connection] = ThreadConnections(_reset, close_quietly)
-        self._readers: ThreadConnections[Connection] = ThreadConnections(_reset, close_quietly)
+        #: the READ UNCOMMITTED reader of _horizon, one for the process's threads (one
+        #: each, a threaded server held twice its threads' connections), when last used
+        self._reader: Connection | None = None
+        self._reader_used = 0.0
+        self._reader_lock = threading.Lock()
         #: the process the connections are this one's in (see _after_fork)
         self._pid = os.getpid()
         #: deadlocks and lock wait timeouts retried so far (racing workers)
@@ -223,7 +227,9 @@ class MySQLSession(SqlBackend):
         self._pid = os.getpid()
         self._local = threading.local()
         _FORGOTTEN.extend(self._conns.after_fork())
-        _FORGOTTEN.extend(self._readers.after_fork())
+        _FORGOTTEN.append(self._reader)
+        self._reader = None
+        self._reader_lock = threading.Lock()
 
     def _drop(self) -> None:
         """Forget this thread's connection after a connection error: the next call
@@ -384,23 +390,42 @@ class MySQLSession(SqlBackend):
             change = self._local.change = int(cur.lastrowid)
         return change
 
+    def _taken(self) -> list[int]:
+        """The change numbers taken, committed or not: a dirty read on the shared
+        reader (pinged first after a while idle, as every connection of ours is)."""
+        with self._reader_lock:
+            ru = self._reader
+            now = time.monotonic()
+            try:
+                if ru is not None and now - self._reader_used > CHECK_IDLE_S:
+                    try:
+                        self._driver.ping(ru)
+                    except self._driver.Error:
+                        close_quietly(ru)
+                        self._reader = ru = None
+                if ru is None:
+                    ru = self._connect()
+                    with ru.cursor() as cur:
+                        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+                    self._reader = ru
+                with ru.cursor() as cur:
+                    cur.execute(Q["change_numbers"])
+                    taken = [int(r["id"]) for r in cur.fetchall()]
+            except self._driver.Error as exc:
+                self._reader = None
+                close_quietly(ru)
+                if isinstance(exc, self._driver.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
+                    raise self._unavailable(exc) from exc
+                raise
+            self._reader_used = now
+            return taken
+
     def _horizon(self) -> int:
         """The smallest change number that may still commit: stamps below it are
         final. A dirty read (READ UNCOMMITTED) lists the numbers taken, committed
         or not; a committed read then tells which are committed. A number taken
         after the first read is larger than all it saw, so only those count."""
-        ru = self._readers.mine()
-        if ru is None:
-            ru = self._readers.add(self._connect())
-            with ru.cursor() as cur:
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
-        try:
-            with ru.cursor() as cur:
-                cur.execute(Q["change_numbers"])
-                taken = [int(r["id"]) for r in cur.fetchall()]
-        except self._driver.Error as exc:
-            self._readers.discard()
-            raise self._fail(exc) from exc
+        taken = self._taken()
         if not taken:
             return 1
         with self._conn().cursor() as cur:
@@ -427,7 +452,9 @@ class MySQLSession(SqlBackend):
         if self._pid != os.getpid():
             self._after_fork()  # a child closes its own connections, not the parent's
         self._conns.close_all()
-        self._readers.close_all()
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+        close_quietly(reader)
         self._local = threading.local()
 
 
