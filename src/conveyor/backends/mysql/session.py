@@ -139,7 +139,7 @@ class MySQLSession(SqlBackend):
         self.hub_key = f"{self._kwargs['host']}:{self._kwargs['port']}/{self.database}"
         self.where = f"the MySQL database {self.database}"
         self._local = threading.local()  # a thread's transaction state (hints, change)
-        #: each thread's connection, and its READ UNCOMMITTED reader (_horizon)
+        #: each thread's connection
         self._conns: ThreadConnections[Connection] = ThreadConnections(_reset, close_quietly)
         #: the READ UNCOMMITTED reader of _horizon, one for the process's threads (one
         #: each, a threaded server held twice its threads' connections), when last used
@@ -227,7 +227,8 @@ class MySQLSession(SqlBackend):
         self._pid = os.getpid()
         self._local = threading.local()
         _FORGOTTEN.extend(self._conns.after_fork())
-        _FORGOTTEN.append(self._reader)
+        if self._reader is not None:
+            _FORGOTTEN.append(self._reader)
         self._reader = None
         self._reader_lock = threading.Lock()
 
@@ -236,9 +237,12 @@ class MySQLSession(SqlBackend):
         connects again."""
         self._conns.discard()
 
-    def _fail(self, exc: Exception) -> Exception:
+    def _fail(self, exc: Exception, *, drop: bool = True) -> Exception:
+        """The error to raise for a driver's: a lost connection (dropped, unless
+        ``drop`` is False: not this thread's) as DatabaseUnavailable."""
         if isinstance(exc, self._driver.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
-            self._drop()
+            if drop:
+                self._drop()
             return self._unavailable(exc)
         failed: Exception = exc
         return failed
@@ -414,9 +418,7 @@ class MySQLSession(SqlBackend):
             except self._driver.Error as exc:
                 self._reader = None
                 close_quietly(ru)
-                if isinstance(exc, self._driver.InterfaceError) or _code(exc) in CONNECTION_ERRORS:
-                    raise self._unavailable(exc) from exc
-                raise
+                raise self._fail(exc, drop=False) from exc
             self._reader_used = now
             return taken
 
