@@ -7,7 +7,7 @@
 #   2. PostgreSQL: $PEERBENCH_PG if set, else 127.0.0.1:5432 if it answers, else
 #      the shared throwaway cluster (cluster.sh, 127.0.0.1:5433);
 #   3. PgQueuer batch 100 and Conveyor on PostgreSQL in alternating rounds
-#      (BENCH_ROUNDS, default 3), then PgQueuer batch 10 and Conveyor on SQLite once;
+#      (BENCH_ROUNDS, default 5), then PgQueuer batch 10 and Conveyor on SQLite once;
 #      Conveyor by `conveyor worker` with the CLI's defaults (bench_conveyor.py
 #      --cli, as users run it), 20,000 jobs each, appended to
 #      /tmp/peerbench/results/conveyor-<timestamp>.jsonl;
@@ -37,7 +37,7 @@
 #
 # Environment: PEERBENCH_PG (server URL without a database), PEERBENCH_SHARED
 # (the shared folder), BENCH_N (jobs per run, default 20000), BENCH_ROUNDS (alternating
-# PgQueuer and Conveyor rounds, default 3).
+# PgQueuer and Conveyor rounds, default 5).
 set -euo pipefail
 say() { echo "bench: $*" >&2; }
 
@@ -128,7 +128,7 @@ cd "$REPO"
 # PgQueuer batch 100 and Conveyor on PostgreSQL in alternating rounds: the machine's
 # speed drifts by a quarter between minutes, and a ratio of two runs made far apart
 # measures that drift too. report.py pairs the rounds in file order.
-for _ in $(seq "${BENCH_ROUNDS:-3}"); do
+for _ in $(seq "${BENCH_ROUNDS:-5}"); do
   run "$PY" "$PEERS/bench_pgqueuer.py" --n "$N" --runs 1 --batch-size 100 --label batch100
   run "$PY" bench/bench_conveyor.py --backend postgres --n "$N" --runs 1 --label postgres --cli
 done
