@@ -41,8 +41,11 @@ fi
 # than they compute.
 logs=$(mktemp -d)
 for db in sqlite postgres mysql; do
+  # each its own temporary directory: three sessions cleaning up pytest's shared
+  # /tmp/pytest-of-<user> at once raced (a directory another was emptying), and
+  # the warning that raised is an error here
   (cd tests/django && DJANGO_TEST_DB=$db "../../$VENV/bin/python" -m pytest -c pytest.ini \
-     --rootdir . -q "$@" >"$logs/$db.log" 2>&1; echo $? >"$logs/$db.rc") &
+     --rootdir . --basetemp "$logs/$db.tmp" -q "$@" >"$logs/$db.log" 2>&1; echo $? >"$logs/$db.rc") &
 done
 wait
 status=0
