@@ -1,9 +1,10 @@
 """Where an idle worker's enqueue-to-start time goes (issue 41), traced inside a
 real `conveyor worker` process on PostgreSQL.
 
-    python bench/lab/idle_latency.py [--url postgresql://postgres@127.0.0.1:5432] [-n 200]
+    python bench/lab/idle_latency.py [-n 200]
 
-Makes the database ``lab_idle_latency`` (dropped first), starts `conveyor worker
+Makes the database ``lab_idle_latency`` (dropped first) on $PEERBENCH_PG (as the
+other benchmarks; 127.0.0.1:5432 by default), starts `conveyor worker
 --app idle_latency:app --queues bench` with this file as the app, and sends -n
 no-op jobs one at a time at 50/s from this process, as the shared harness's
 phase c does. The worker, with this module imported as its app, wraps three
@@ -27,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from _bench import PG_BASE, SCRATCH, fresh_database  # noqa: E402
+
 OUT = Path("/tmp/lab_idle_latency.json")
 READY = Path("/tmp/lab_idle_latency.ready")
 events: list[tuple[str, float]] = []
@@ -81,15 +85,10 @@ async def noop(t: float, warm: bool) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432")
     p.add_argument("-n", type=int, default=200)
     args = p.parse_args()
-    import psycopg
-
-    with psycopg.connect(f"{args.url}/postgres", autocommit=True) as c:
-        c.execute("DROP DATABASE IF EXISTS lab_idle_latency WITH (FORCE)")
-        c.execute("CREATE DATABASE lab_idle_latency")
-    url = f"{args.url}/lab_idle_latency"
+    fresh_database("postgres", "lab_idle_latency", SCRATCH / "lab_idle_latency.db")
+    url = f"{PG_BASE}/lab_idle_latency"
     producer = Conveyor(url)
     producer.task(name="noop", queue="bench")(noop.fn)
     producer.migrate()

@@ -1,9 +1,10 @@
 """What a lone `send` costs the PostgreSQL server (issue 41), by pgbench: one
 client, prepared statements, autocommit, `-T` seconds each, alternating rounds.
 
-    python bench/lab/send_cost.py [--url postgresql://postgres@127.0.0.1:5432] [--rounds 2]
+    python bench/lab/send_cost.py [--rounds 2]
 
-Makes the database ``lab_send_cost`` (dropped first), migrated, and runs, each
+Makes the database ``lab_send_cost`` (dropped first) on $PEERBENCH_PG (as the
+other benchmarks; 127.0.0.1:5432 by default), migrated, and runs, each
 as its own pgbench script: ``SELECT 1`` (a round trip); an INSERT of one integer
 into a two-column table (a durable commit's floor); a plain send's own INSERT
 (job_insert_one with a no-op job's values, as the backend sends it); the same
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,9 @@ import psycopg
 
 from conveyor import Conveyor
 from conveyor.backends.postgres.backend import Q
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _bench import PG_BASE, SCRATCH, fresh_database
 
 DB = "lab_send_cost"
 
@@ -59,14 +64,11 @@ def send_sql(url: str) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("-T", "--seconds", type=int, default=6)
     args = p.parse_args()
-    with psycopg.connect(f"{args.url}/postgres", autocommit=True) as c:
-        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        c.execute(f"CREATE DATABASE {DB}")
-    url = f"{args.url}/{DB}"
+    fresh_database("postgres", DB, SCRATCH / f"{DB}.db")
+    url = f"{PG_BASE}/{DB}"
     send = send_sql(url)
     with psycopg.connect(url, autocommit=True) as c:
         c.execute("CREATE TABLE floor_t (id bigserial PRIMARY KEY, v int)")
@@ -97,7 +99,7 @@ def main() -> None:
                 ).stdout
                 latency = next(line for line in out.splitlines() if "latency average" in line)
                 print(f"round {r}  {name:24s} {latency.split('=')[1].strip()}")
-    with psycopg.connect(f"{args.url}/postgres", autocommit=True) as c:
+    with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as c:
         c.execute(f"DROP DATABASE {DB} WITH (FORCE)")
 
 
