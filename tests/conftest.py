@@ -16,6 +16,8 @@ import pytest
 from conveyor import Conveyor
 from conveyor.backends import open_backend
 
+from .mysql_pool import MySQLPool
+
 # tests/django is a Django project with its own virtualenv (Python 3.12+) and
 # pytest.ini: scripts/test-django.sh runs it (`make test` does, after this suite)
 collect_ignore = ["django"]
@@ -96,6 +98,16 @@ def mysql_base() -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def mysql_pool(mysql_base: str) -> Iterator[MySQLPool]:
+    pool = MySQLPool(
+        lambda database: _mysql_connect(mysql_base, database),
+        lambda name: mysql_database_url(mysql_base, name),
+    )
+    yield pool
+    pool.close()
+
+
 def mysql_database_url(base: str, name: str) -> str:
     """``base`` naming database ``name`` instead, its options (say driver=) kept."""
     path, _, query = base.partition("?")
@@ -118,6 +130,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     _selected(request.param)
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'conveyor.db'}"
+        return
+    if (
+        request.param == "mysql"
+        and {"app", "backend"} & set(request.fixturenames)
+        and request.node.get_closest_marker("own_database") is None
+    ):
+        # the test sees its database migrated (the app migrates it first thing):
+        # one of the pool's, emptied back to that state (tests/mysql_pool.py)
+        pool = request.getfixturevalue("mysql_pool")
+        name = pool.take()
+        yield pool.url(name)
+        pool.give_back(name)
         return
     if request.param == "mysql":
         base = request.getfixturevalue("mysql_base")

@@ -67,12 +67,12 @@ def _in_a_thread(fn: Callable[[], Any]) -> None:
 def test_threads_that_come_and_go_do_not_pile_up_connections(app: Conveyor) -> None:
     app.migrate()
     task = app.task(name="t")(lambda *a: None)
-    task.send(0)
+    first = task.send(0)
     app.count_jobs()
     before = _held(app)
 
     for i in range(40):  # each thread sends a job and reads, then ends
-        _in_a_thread(lambda i=i: (task.send(i), app.count_jobs(), app.get_job(1)))
+        _in_a_thread(lambda i=i: (task.send(i), app.count_jobs(), app.get_job(first.id)))
 
     assert _held(app) <= before + 2, (before, _held(app))
     assert app.count_jobs() == {"available": 41}
