@@ -31,11 +31,11 @@ import sys
 import time
 
 import pymysql
+from drain_options import HZ, server_ticks  # (this folder: run as a script)
 
 from conveyor.backends.mysql.backend import parse_url
 
 CONVEYOR = os.path.join(os.path.dirname(sys.executable), "conveyor")
-HZ = os.sysconf("SC_CLK_TCK")
 
 INDEXES = ", ".join(
     f"DROP INDEX conveyor_jobs_{name}_idx"
@@ -75,13 +75,6 @@ CUTS["all"] = [sql for name in ("indexes", "triggers", "no-move", "checks") for 
 VARIANTS = ["none", *CUTS]
 
 
-def server_ticks() -> int:
-    pid = subprocess.run(["pgrep", "-x", "mariadbd"], capture_output=True, text=True).stdout
-    with open(f"/proc/{pid.split()[0]}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 def drain(base: str, variant: str, jobs: int) -> tuple[float, float, float]:
     """jobs/s, the worker's CPU per job and the server's CPU per job (µs)."""
     database = f"lab_cuts_{variant.replace('-', '_')}"
@@ -99,7 +92,7 @@ def drain(base: str, variant: str, jobs: int) -> tuple[float, float, float]:
     conn.close()
     # enqueueing is in the bench's drain phase too: the server's CPU over the
     # whole run is taken, less that of a run of the enqueue alone
-    before = server_ticks()
+    before = server_ticks(url)
     command = [CONVEYOR, "bench", "-d", url, "--phases", "drain", "--rounds", "1"]
     out = subprocess.run(
         [*command, "-n", str(jobs), "--json"],
@@ -107,7 +100,7 @@ def drain(base: str, variant: str, jobs: int) -> tuple[float, float, float]:
         capture_output=True,
         text=True,
     ).stdout
-    server_s = (server_ticks() - before) / HZ
+    server_s = (server_ticks(url) - before) / HZ
     result = json.loads(out)["results"]["drain"]
     with admin.cursor() as cur:
         cur.execute(f"DROP DATABASE `{database}`")
