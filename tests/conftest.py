@@ -16,7 +16,8 @@ import pytest
 from conveyor import Conveyor
 from conveyor.backends import open_backend
 
-from .mysql_pool import MySQLPool
+from .mysql_pool import MySQLPool, mysql_database_url, new_mysql_database
+from .mysql_pool import mysql_connect as _mysql_connect
 
 # tests/django is a Django project with its own virtualenv (Python 3.12+) and
 # pytest.ini: scripts/test-django.sh runs it (`make test` does, after this suite)
@@ -72,15 +73,6 @@ MYSQL_ENV = "CONVEYOR_TEST_MYSQL_URL"
 MYSQL_DEFAULT = "mysql://root@127.0.0.1:3306/mysql"
 
 
-def _mysql_connect(url: str, database: str | None = None) -> pymysql.connections.Connection:
-    from conveyor.backends.mysql.backend import parse_url
-
-    kwargs = parse_url(url)
-    if database is not None:
-        kwargs["database"] = database
-    return pymysql.connect(**kwargs, autocommit=True)
-
-
 @pytest.fixture(scope="session")
 def mysql_base() -> str:
     """A MySQL/MariaDB server we can create databases on (checked once per run)."""
@@ -100,18 +92,9 @@ def mysql_base() -> str:
 
 @pytest.fixture(scope="session")
 def mysql_pool(mysql_base: str) -> Iterator[MySQLPool]:
-    pool = MySQLPool(
-        lambda database: _mysql_connect(mysql_base, database),
-        lambda name: mysql_database_url(mysql_base, name),
-    )
+    pool = MySQLPool(mysql_base)
     yield pool
     pool.close()
-
-
-def mysql_database_url(base: str, name: str) -> str:
-    """``base`` naming database ``name`` instead, its options (say driver=) kept."""
-    path, _, query = base.partition("?")
-    return f"{path.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
 
 
 DATABASES_ENV = "CONVEYOR_TEST_DATABASES"
@@ -145,9 +128,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
         return
     if request.param == "mysql":
         base = request.getfixturevalue("mysql_base")
-        name = f"conveyor_t_{uuid.uuid4().hex[:12]}"
-        with _mysql_connect(base) as conn, conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        name = new_mysql_database(base)
         yield mysql_database_url(base, name)
         with _mysql_connect(base) as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")

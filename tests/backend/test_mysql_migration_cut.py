@@ -11,7 +11,6 @@ with is compared with one migrated without a cut."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any
 
@@ -21,6 +20,7 @@ from conveyor import Conveyor
 from conveyor.backends import open_backend
 
 from ..conftest import _mysql_connect, mysql_database_url, only_on
+from ..mysql_pool import mysql_schema
 
 pytestmark = pytest.mark.slow
 
@@ -33,40 +33,18 @@ CUTS = [(1, 2), (22, 0), (22, 11), (22, 14)]
 
 def _schema(url: str) -> dict[str, Any]:
     """Tables, triggers and routines as the server shows them (AUTO_INCREMENT
-    counters aside)."""
+    counters aside), the versions recorded, and the progress rows left."""
     conn = _mysql_connect(url)
     try:
         with conn.cursor() as cur:
-            cur.execute("SHOW TABLES")
-            tables = sorted(r[0] for r in cur.fetchall())
-            shown = {}
-            for t in tables:
-                cur.execute(f"SHOW CREATE TABLE `{t}`")
-                shown[t] = re.sub(r" AUTO_INCREMENT=\d+", "", cur.fetchone()[1])
-            cur.execute(
-                "SELECT trigger_name, action_timing, event_manipulation, action_statement"
-                " FROM information_schema.triggers WHERE trigger_schema = DATABASE()"
-                " ORDER BY trigger_name"
-            )
-            triggers = cur.fetchall()
-            cur.execute(
-                "SELECT routine_name, routine_definition FROM information_schema.routines"
-                " WHERE routine_schema = DATABASE() ORDER BY routine_name"
-            )
-            routines = cur.fetchall()
+            shown = mysql_schema(cur)
             cur.execute("SELECT version FROM conveyor_schema_version ORDER BY version")
             versions = [r[0] for r in cur.fetchall()]
             cur.execute("SELECT count(*) FROM conveyor_migration_progress")
             progress = cur.fetchone()[0]
     finally:
         conn.close()
-    return {
-        "tables": shown,
-        "triggers": triggers,
-        "routines": routines,
-        "versions": versions,
-        "progress rows": progress,
-    }
+    return {**shown, "versions": versions, "progress rows": progress}
 
 
 def _cut_at(backend: Any, killer: Any, version: int, index: int) -> list:
